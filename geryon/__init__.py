@@ -1,0 +1,10 @@
+"""Geryon: network-level flow scheduling for distributed deep-learning training.
+
+Sub-packages, one job each (imports flow one way: the launcher composes the others):
+  categorize/  ranks parameters by urgency and splits them into priority classes
+  transport/   per-priority TCP flows marked with DSCP, parameter-server and allreduce modes
+  netconf/     priority queues on interfaces (Linux tc) and switch QoS profiles
+  emulate/     an emulated cluster in network namespaces behind a priority-queued switch
+"""
+
+__version__ = "0.1.0"

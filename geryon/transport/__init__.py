@@ -1,0 +1,1 @@
+"""Placeholder; see the package docstring of geryon."""
