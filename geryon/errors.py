@@ -35,3 +35,31 @@ class NameInUse(EmulationError):
 
 class PermissionNeeded(GeryonError):
     """The operation needs root (CAP_NET_ADMIN)."""
+
+
+class LaunchError(GeryonError):
+    """Starting or running a distributed job failed (a rank, a host, the rendezvous)."""
+
+
+class HostKeyError(LaunchError):
+    """An SSH host presented a key that known_hosts does not vouch for."""
+
+
+class ProfileError(ConfigError):
+    """A per-layer profile file that is not in the documented format (see shared/profiles/README.md)."""
+
+
+class TransportError(GeryonError):
+    """Moving tensors between ranks failed: a peer closed, reset or misbehaved."""
+
+
+class AuthenticationError(TransportError):
+    """A peer failed the handshake: wrong per-job secret, job id or protocol version."""
+
+
+class PeerTimeout(TransportError):
+    """A peer sent nothing within the transport timeout (it stalled, died or the network is cut)."""
+
+
+class ProtocolError(TransportError):
+    """A malformed frame, or ranks that disagree on the plan of what to send."""

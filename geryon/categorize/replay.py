@@ -1,0 +1,112 @@
+"""Replayed models: a worker's compute played back from a per-layer profile, with real tensors.
+
+`ReplayedModel(profile)` owns one parameter tensor and one gradient tensor (float32) per profiled
+layer that has parameters, of the profiled size times `size_scale`, and runs an iteration as
+  forward:  for layer 1..L: call every wait-for-pull hook (layer index, name), then compute;
+  backward: for layer L..1: compute, fill the gradient, call every ready-for-push hook
+            (layer index, name, gradient tensor),
+where "compute" takes the profiled time times `time_scale`, measured against a deadline (sleep
+until ~1 ms before, then busy-wait), so work done inside the layer (filling the gradient) counts
+toward its time rather than adding to it. These are the same two points a real model exposes
+(a forward pre-hook per layer; a gradient hook per parameter), so a transport drives a replayed
+model and a real torch model the same way: block in the pull hook until the parameter arrived,
+send from the push hook. Scaling sizes by s with the bandwidth scaled by s keeps the same
+transfer times with less memory and CPU. Pure compute and timing: no sockets, no transport.
+"""
+
+import time
+
+from geryon.categorize.profiles import BYTES_PER_PARAMETER, LayerProfile
+from geryon.categorize.urgency import RankedParameter
+from geryon.errors import ConfigError
+
+SLEEP_MARGIN_S = 0.001
+
+
+def wait_until(deadline: float) -> None:
+    """Sleep, then spin, until time.perf_counter() >= deadline (sub-millisecond precision)."""
+    remaining = deadline - time.perf_counter()
+    if remaining > SLEEP_MARGIN_S:
+        time.sleep(remaining - SLEEP_MARGIN_S)
+    while time.perf_counter() < deadline:
+        pass
+
+
+class ReplayedModel:
+    """Profiled compute with real parameter and gradient tensors and per-layer hooks."""
+
+    def __init__(self, profile: LayerProfile, time_scale: float = 1.0, size_scale: float = 1.0,
+                 gradient_value: float = 1.0):
+        import torch
+
+        if time_scale < 0 or size_scale <= 0:
+            raise ConfigError(f"time_scale must be >= 0 and size_scale > 0, got {time_scale}, {size_scale}")
+        self.profile = profile
+        self.time_scale = float(time_scale)
+        self.size_scale = float(size_scale)
+        self.gradient_value = float(gradient_value)
+        self.layer_names = tuple(layer.name for layer in profile.layers)
+        self.parameters: dict = {}
+        self.gradients: dict = {}
+        for layer in profile.layers:
+            if layer.param_bytes > 0:
+                numel = max(1, round(layer.param_bytes / BYTES_PER_PARAMETER * self.size_scale))
+                self.parameters[layer.name] = torch.zeros(numel, dtype=torch.float32)
+                self.gradients[layer.name] = torch.zeros(numel, dtype=torch.float32)
+        self._pull_hooks = []
+        self._push_hooks = []
+        self.iterations = 0
+
+    def add_pull_hook(self, hook) -> None:
+        """hook(layer_index, layer_name): called before layer's forward; block here until pulled."""
+        self._pull_hooks.append(hook)
+
+    def add_push_hook(self, hook) -> None:
+        """hook(layer_index, layer_name, gradient): called when a layer's gradient is ready."""
+        self._push_hooks.append(hook)
+
+    def ranking(self) -> list[RankedParameter]:
+        """Urgency ranking of the replayed tensors (forward order, scaled sizes)."""
+        return [RankedParameter(name=name, layer=name, module_type=layer.type, numel=tensor.numel(),
+                                bytes=tensor.numel() * BYTES_PER_PARAMETER)
+                for layer in self.profile.layers
+                for name, tensor in [(layer.name, self.parameters.get(layer.name))] if tensor is not None]
+
+    @property
+    def compute_s(self) -> float:
+        """Forward plus backward time of one iteration, scaled (no waiting on hooks)."""
+        return (self.profile.forward_ns + self.profile.backward_ns) * 1e-9 * self.time_scale
+
+    def forward(self) -> None:
+        clock = time.perf_counter()
+        for index, layer in enumerate(self.profile.layers):
+            entered = time.perf_counter()
+            for hook in self._pull_hooks:
+                hook(index, layer.name)
+            # Deadlines chain from the previous one, so wake-up overshoots do not add up;
+            # time spent in a hook (blocked on a pull) does push the schedule back.
+            clock += time.perf_counter() - entered + layer.forward_ns * 1e-9 * self.time_scale
+            wait_until(clock)
+
+    def backward(self) -> None:
+        clock = time.perf_counter()
+        for index in reversed(range(len(self.profile.layers))):
+            layer = self.profile.layers[index]
+            clock += layer.backward_ns * 1e-9 * self.time_scale
+            gradient = self.gradients.get(layer.name)
+            if gradient is not None:
+                gradient.fill_(self.gradient_value)
+            wait_until(clock)
+            if gradient is not None:
+                entered = time.perf_counter()
+                for hook in self._push_hooks:
+                    hook(index, layer.name, gradient)
+                clock += time.perf_counter() - entered
+
+    def step(self) -> float:
+        """One iteration (forward then backward); returns its wall-clock seconds."""
+        start = time.perf_counter()
+        self.forward()
+        self.backward()
+        self.iterations += 1
+        return time.perf_counter() - start

@@ -1,0 +1,258 @@
+"""Queue plans: the tc configuration of one interface, built as plain data before anything is applied.
+
+A `QueuePlan` is a tuple of frozen operations (`QdiscOp`, `ClassOp`, `FilterOp`) plus the priority
+classes they implement. `.commands()` renders the equivalent `tc` lines, so a plan can be shown to a user
+(`geryon netconf show`) or tested without root; `geryon.netconf.apply` is the one place that applies it.
+
+Layouts:
+  htb      root `1:` htb (default = lowest class) -> `1:1` at the link rate -> one child per priority,
+           `1:10`, `1:11`, ...; the highest gets ~99% guaranteed, the others share 1%; all may borrow up
+           to 100%, and HTB serves lower `prio` numbers first, which makes the order strict. u32 filters
+           map each non-default class's DSCP (IPv4 dsfield and IPv6 traffic class) to its class.
+  prio/ets a strict-priority qdisc without shaping (real hosts, when no rate is wanted): bands `1:1`,
+           `1:2`, ..., priomap sending unclassified traffic to the lowest band, the same DSCP filters.
+  shaping  HTB at a rate with a single class and no priority (the "without queues" baseline).
+Every class gets a pfifo leaf with an explicit limit so queue lengths do not depend on txqueuelen.
+"""
+
+from dataclasses import dataclass, field
+
+from geryon.netconf.capabilities import Capabilities
+from geryon.netconf.classes import PriorityClass, parse_classes
+from geryon.errors import RateError
+from geryon.rates import parse_rate
+
+# Rate used when no shaping is wanted but the kernel only has HTB: high enough never to be the
+# bottleneck on a veth or a 10G NIC, so HTB only orders packets when the device itself backs up.
+UNSHAPED_RATE = 10 * 10**9
+HTB_QUANTUM = 15140  # 10 full-size frames; explicit, so HTB does not warn that rate/r2q is too big
+QUEUE_LIMIT = 1000  # packets per leaf pfifo, the Linux txqueuelen default
+LOW_SHARE = 0.01  # fraction of the link guaranteed to all lower classes together
+MIN_CLASS_RATE = 8000  # bits/s; HTB needs a positive guaranteed rate
+ROOT = "1:"
+PARENT_CLASS = "1:1"
+_PRIOMAP_SLOTS = 16
+_PROTOCOLS = {"ip": 0x0800, "ipv6": 0x86DD}
+
+
+def handle_to_int(handle: str) -> int:
+    """Turn a tc handle such as '1:' or '1:10' (hex fields) into the 32-bit netlink value."""
+    major, _, minor = handle.partition(":")
+    return (int(major or "0", 16) << 16) | int(minor or "0", 16)
+
+
+def int_to_handle(value: int) -> str:
+    """Inverse of handle_to_int: 0x10010 -> '1:10'."""
+    return f"{value >> 16:x}:{value & 0xFFFF:x}"
+
+
+def format_tc_rate(bits_per_s: int) -> str:
+    """Render an exact rate in tc syntax, using the largest unit that divides it (99mbit, 1250kbit)."""
+    for unit, scale in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
+        if bits_per_s % scale == 0:
+            return f"{bits_per_s // scale}{unit}"
+    return f"{bits_per_s}bit"
+
+
+def _render_params(params: tuple) -> list[str]:
+    words = []
+    for name, value in params:
+        if name in ("rate", "ceil"):
+            words += [name, format_tc_rate(value)]
+        elif isinstance(value, tuple):  # e.g. priomap: one argument per element
+            words += [name, *map(str, value)]
+        else:
+            words += [name, str(value)]
+    return words
+
+
+@dataclass(frozen=True)
+class QdiscOp:
+    """Add (or delete) a qdisc: `tc qdisc add dev DEV root|parent P handle H KIND PARAMS`."""
+
+    dev: str
+    kind: str
+    handle: str
+    parent: str = "root"
+    params: tuple = ()  # ((name, value), ...) in tc order
+    action: str = "add"
+
+    def tc_args(self) -> list[str]:
+        where = ["root"] if self.parent == "root" else ["parent", self.parent]
+        return ["qdisc", self.action, "dev", self.dev, *where, "handle", self.handle, self.kind,
+                *_render_params(self.params)]
+
+
+@dataclass(frozen=True)
+class ClassOp:
+    """Add a class: `tc class add dev DEV parent P classid C KIND PARAMS`."""
+
+    dev: str
+    kind: str
+    classid: str
+    parent: str
+    params: tuple = ()
+    action: str = "add"
+
+    def tc_args(self) -> list[str]:
+        return ["class", self.action, "dev", self.dev, "parent", self.parent, "classid", self.classid,
+                self.kind, *_render_params(self.params)]
+
+
+@dataclass(frozen=True)
+class FilterOp:
+    """Add a DSCP filter: packets of `protocol` whose DSCP is `dscp` go to class `flowid`."""
+
+    dev: str
+    parent: str
+    protocol: str  # "ip" or "ipv6"
+    pref: int
+    dscp: int
+    flowid: str
+    kind: str = "u32"  # or "flower"
+    action: str = "add"
+
+    def tc_args(self) -> list[str]:
+        tos = f"{self.dscp << 2:#04x}"
+        if self.kind == "flower":
+            match = ["flower", "ip_tos", f"{tos}/0xfc"]  # flower's ip_tos is the IPv6 class too
+        elif self.protocol == "ip":
+            match = ["u32", "match", "ip", "dsfield", tos, "0xfc"]
+        else:
+            match = ["u32", "match", "ip6", "priority", tos, "0xfc"]
+        return ["filter", self.action, "dev", self.dev, "parent", self.parent, "protocol", self.protocol,
+                "pref", str(self.pref), *match, "flowid" if self.kind == "u32" else "classid", self.flowid]
+
+    @property
+    def ethertype(self) -> int:
+        return _PROTOCOLS[self.protocol]
+
+    def u32_key(self) -> str:
+        """The pyroute2 u32 key ('value/mask+offset') matching this DSCP."""
+        if self.protocol == "ip":  # TOS is the second byte of the IPv4 header
+            return f"{(self.dscp << 2) << 16:#010x}/0x00fc0000+0"
+        return f"{(self.dscp << 2) << 20:#010x}/0x0fc00000+0"  # IPv6: version(4) class(8) label(20)
+
+
+Operation = QdiscOp | ClassOp | FilterOp
+
+
+@dataclass(frozen=True)
+class QueuePlan:
+    """The complete egress configuration of one device, as data."""
+
+    dev: str
+    layout: str  # "htb", "prio", "ets" or "shaping"
+    classes: tuple[PriorityClass, ...]
+    class_ids: tuple[str, ...]  # class_ids[i] is the tc class of classes[i]; shaping: one id, no class
+    ops: tuple[Operation, ...]
+    rate: int | None = None  # bits/s; None for an unshaped strict-priority qdisc
+    netns: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def commands(self) -> list[str]:
+        """The equivalent `tc` command lines (run them after deleting the device's root qdisc)."""
+        prefix = ["tc", "-n", self.netns] if self.netns else ["tc"]
+        return [" ".join(prefix + op.tc_args()) for op in self.ops]
+
+    def class_for_dscp(self, dscp: int) -> str:
+        """The tc class a packet with this DSCP lands in (unmatched DSCPs go to the lowest class)."""
+        for cls, classid in zip(self.classes, self.class_ids):
+            if cls.dscp == dscp:
+                return classid
+        return self.class_ids[-1]
+
+    def with_netns(self, netns: str | None) -> "QueuePlan":
+        return QueuePlan(self.dev, self.layout, self.classes, self.class_ids, self.ops, self.rate, netns,
+                         self.notes)
+
+
+def build_priority_plan(dev: str, classes=None, rate: "int | str | None" = None,
+                        capabilities: Capabilities | None = None, netns: str | None = None,
+                        queue_limit: int = QUEUE_LIMIT) -> QueuePlan:
+    """Plan strict priority queues for `classes` on `dev`, shaped at `rate` (bits/s or '100mbit').
+
+    With rate None and a kernel offering prio or ets plus u32 or flower, plan an unshaped
+    strict-priority qdisc; otherwise plan HTB (at UNSHAPED_RATE when rate is None).
+    """
+    classes = parse_classes(classes)
+    caps = capabilities or Capabilities.baseline()
+    if rate is None:
+        qdisc, classifier = caps.strict_priority_qdisc(), caps.dscp_classifier()
+        if qdisc and classifier:
+            return _strict_plan(dev, classes, qdisc, classifier, netns, queue_limit)
+        note = (f"no prio/ets qdisc with a DSCP classifier on this kernel: HTB at "
+                f"{format_tc_rate(UNSHAPED_RATE)} orders packets without shaping")
+        return _htb_plan(dev, classes, UNSHAPED_RATE, netns, queue_limit, notes=(note,))
+    return _htb_plan(dev, classes, parse_rate(rate), netns, queue_limit)
+
+
+def build_shaping_plan(dev: str, rate: "int | str", netns: str | None = None,
+                       queue_limit: int = QUEUE_LIMIT) -> QueuePlan:
+    """Plan HTB shaping at `rate` with one class and no priority (every packet shares one FIFO)."""
+    bits = parse_rate(rate)
+    leaf = "1:10"
+    ops = (
+        QdiscOp(dev, "htb", ROOT, params=(("default", "10"),)),
+        ClassOp(dev, "htb", PARENT_CLASS, ROOT, _htb_class_params(bits, bits)),
+        ClassOp(dev, "htb", leaf, PARENT_CLASS, _htb_class_params(bits, bits)),
+        QdiscOp(dev, "pfifo", "10:", leaf, (("limit", queue_limit),)),
+    )
+    return QueuePlan(dev, "shaping", (), (leaf,), ops, bits, netns)
+
+
+def _htb_class_params(rate: int, ceil: int, prio: int | None = None) -> tuple:
+    params = (("rate", rate), ("ceil", ceil))
+    if prio is not None:
+        params += (("prio", prio),)
+    return params + (("quantum", HTB_QUANTUM),)
+
+
+def _class_rates(rate: int, count: int) -> list[int]:
+    if count == 1:
+        return [rate]
+    low = max(int(rate * LOW_SHARE) // (count - 1), MIN_CLASS_RATE)
+    high = rate - low * (count - 1)
+    if high < rate // 2:
+        raise RateError(f"rate {format_tc_rate(rate)} is too low for {count} priority classes: "
+                        f"give at least {format_tc_rate(2 * MIN_CLASS_RATE * (count - 1))}")
+    return [high] + [low] * (count - 1)
+
+
+def _htb_plan(dev, classes, rate, netns, queue_limit, notes=()) -> QueuePlan:
+    class_ids = tuple(f"1:{0x10 + i:x}" for i in range(len(classes)))
+    default_minor = class_ids[-1].split(":")[1]
+    ops: list[Operation] = [
+        QdiscOp(dev, "htb", ROOT, params=(("default", default_minor),)),
+        ClassOp(dev, "htb", PARENT_CLASS, ROOT, _htb_class_params(rate, rate)),
+    ]
+    for prio, (classid, class_rate) in enumerate(zip(class_ids, _class_rates(rate, len(classes)))):
+        ops.append(ClassOp(dev, "htb", classid, PARENT_CLASS, _htb_class_params(class_rate, rate, prio)))
+    ops += _leaves(dev, class_ids, queue_limit)
+    ops += _dscp_filters(dev, classes, class_ids, "u32")
+    return QueuePlan(dev, "htb", classes, class_ids, tuple(ops), rate, netns, tuple(notes))
+
+
+def _strict_plan(dev, classes, qdisc, classifier, netns, queue_limit) -> QueuePlan:
+    bands = max(len(classes), 2)  # prio needs at least two bands
+    class_ids = tuple(f"1:{i + 1:x}" for i in range(len(classes)))
+    priomap = (("priomap", (len(classes) - 1,) * _PRIOMAP_SLOTS),)
+    params = (("bands", bands),) + ((("strict", bands),) if qdisc == "ets" else ()) + priomap
+    ops: list[Operation] = [QdiscOp(dev, qdisc, ROOT, params=params)]
+    ops += _leaves(dev, class_ids, queue_limit)
+    ops += _dscp_filters(dev, classes, class_ids, classifier)
+    return QueuePlan(dev, qdisc, classes, class_ids, tuple(ops), None, netns)
+
+
+def _leaves(dev, class_ids, queue_limit) -> list[QdiscOp]:
+    return [QdiscOp(dev, "pfifo", f"{0x10 + i:x}:", classid, (("limit", queue_limit),))
+            for i, classid in enumerate(class_ids)]
+
+
+def _dscp_filters(dev, classes, class_ids, classifier) -> list[FilterOp]:
+    # The lowest class needs no filter: it is the qdisc's default. u32 wants one protocol per pref.
+    filters = []
+    for pref, protocol in ((1, "ip"), (2, "ipv6")):
+        for cls, classid in zip(classes[:-1], class_ids[:-1]):
+            filters.append(FilterOp(dev, ROOT, protocol, pref, cls.dscp, classid, classifier))
+    return filters

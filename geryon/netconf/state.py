@@ -1,0 +1,83 @@
+"""Where an applied plan's class names are remembered, so another process can read counters later.
+
+The kernel keeps class ids and filters but not names, so `apply` writes a small JSON sidecar per device,
+`$GERYON_STATE_DIR/netconf/<netns or ->/<dev>.json` (default `/run/geryon/netconf/...`, cleared at boot
+like the queues themselves). It records the namespace's inode: a namespace deleted and re-created under
+the same name has a new inode, which marks the sidecar stale instead of mislabelling a new device.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from geryon.netconf.classes import PriorityClass
+from geryon.netconf.plan import QueuePlan
+
+_ROOT_NETNS = "-"
+
+
+def state_dir() -> Path:
+    """The directory holding every namespace's sidecars."""
+    return Path(os.environ.get("GERYON_STATE_DIR", "/run/geryon")) / "netconf"
+
+
+def _state_path(dev: str, netns: str | None) -> Path:
+    return state_dir() / (netns or _ROOT_NETNS) / f"{dev}.json"
+
+
+def netns_inode(netns: str | None) -> int | None:
+    """Identity of a namespace (None if it does not exist)."""
+    path = f"/run/netns/{netns}" if netns else "/proc/1/ns/net"
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def save_plan_state(plan: QueuePlan) -> None:
+    """Record which class id holds which priority class for plan.dev."""
+    path = _state_path(plan.dev, plan.netns)
+    record = {
+        "dev": plan.dev, "netns": plan.netns, "netns_inode": netns_inode(plan.netns),
+        "layout": plan.layout, "rate": plan.rate,
+        "classes": [{"name": cls.name, "dscp": cls.dscp, "classid": classid}
+                    for cls, classid in zip(plan.classes, plan.class_ids)],
+        "class_ids": list(plan.class_ids),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # several processes may apply at once
+        tmp.write_text(json.dumps(record, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass  # names are a convenience: counters still work (by class id) without them
+
+
+def load_plan_state(dev: str, netns: str | None) -> dict | None:
+    """The recorded state for dev, or None if missing or stale."""
+    try:
+        record = json.loads(_state_path(dev, netns).read_text())
+    except (OSError, ValueError):
+        return None
+    if record.get("netns_inode") != netns_inode(netns):
+        return None
+    return record
+
+
+def recorded_classes(record: dict) -> dict[str, PriorityClass]:
+    """Map class id -> PriorityClass from a state record."""
+    return {item["classid"]: PriorityClass(item["name"], item["dscp"]) for item in record.get("classes", [])}
+
+
+def forget_plan_state(dev: str, netns: str | None) -> None:
+    """Drop the sidecar of one device."""
+    try:
+        _state_path(dev, netns).unlink()
+    except OSError:
+        pass
+
+
+def forget_netns_state(netns: str) -> None:
+    """Drop every sidecar of a namespace (call when deleting the namespace)."""
+    shutil.rmtree(state_dir() / netns, ignore_errors=True)

@@ -1,0 +1,55 @@
+"""`geryon report threshold`: PNG and Markdown from a RUN.json record; bad records are clear errors."""
+
+import json
+
+import pytest
+
+from geryon.categorize.bench import analytic_measure, profile_context, run_threshold_bench
+from geryon.categorize.profiles import resolve_profile
+from geryon.categorize.runrecord import load_run, write_run
+from geryon.categorize.search import SearchSettings
+from geryon.cli import main
+from geryon.errors import ConfigError
+
+
+@pytest.fixture
+def run_json(tmp_path):
+    profile = resolve_profile("vgg19")
+    measure, truth = analytic_measure(profile, 40e9, seed=3)
+    record = run_threshold_bench(measure, SearchSettings(), profile_context(profile, backend="analytic"),
+                                 true_iter_s=truth)
+    return write_run(tmp_path / "RUN.json", record)
+
+
+def test_report_renders_png_and_markdown(run_json, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["report", "threshold", str(run_json), "--out", str(out)]) == 0
+    png, md = out / "threshold.png", out / "threshold.md"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    text = md.read_text()
+    for needle in ("chosen threshold", "| 0 (high) | 16 |", "Time per candidate", "Expected saving",
+                   "exhaustive sweep", "threshold.png"):
+        assert needle in text, needle
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_report_without_sweep_or_tensors(run_json, tmp_path):
+    record = load_run(run_json)
+    record["sweep"], record["extra"], record["context"] = None, {}, {}
+    bare = write_run(tmp_path / "bare.json", record)
+    assert main(["report", "threshold", str(bare)]) == 0
+    assert (tmp_path / "bare.png").exists() and "Classes" not in (tmp_path / "bare.md").read_text()
+
+
+def test_bad_records(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": "something/else"}))
+    with pytest.raises(ConfigError, match="missing"):
+        load_run(bad)
+    assert main(["report", "threshold", str(bad)]) == 1
+    assert "geryon: error" in capsys.readouterr().err
+    bad.write_text("{")
+    with pytest.raises(ConfigError, match="not a JSON"):
+        load_run(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_run(tmp_path / "none.json")
