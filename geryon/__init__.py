@@ -8,3 +8,14 @@ Sub-packages, one job each (imports flow one way: the launcher composes the othe
 """
 
 __version__ = "0.1.0"
+
+_API = ("init", "distribute", "average", "context")
+
+
+def __getattr__(name):
+    """`geryon.init()` / `geryon.distribute()` come from geryon.api, imported on first use (torch is slow)."""
+    if name in _API:
+        from geryon import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'geryon' has no attribute {name!r}")

@@ -53,6 +53,14 @@ class TransportError(GeryonError):
     """Moving tensors between ranks failed: a peer closed, reset or misbehaved."""
 
 
+class PeerAborted(TransportError):
+    """A peer reported that the job is failing elsewhere (e.g. a PS server saw a worker die)."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason or message
+
+
 class AuthenticationError(TransportError):
     """A peer failed the handshake: wrong per-job secret, job id or protocol version."""
 

@@ -1,1 +1,48 @@
-"""Placeholder; see the package docstring of geryon."""
+"""Transport: per-priority TCP flows marked with DSCP, feeding a parameter server and a ring allreduce.
+
+Modules, one job each:
+  wire       the 44-byte frame header, validated before anything is read or allocated
+  socketio   exact reads into caller buffers, vectored writes
+  handshake  mutual HMAC-SHA256 authentication with the per-job secret, version and job-id checks
+  config     TransportConfig: every knob in one dataclass
+  trace      TransferEvent and the optional tracer callback (queued/send_start/send_done/recv_done)
+  policy     vanilla / slicing / endhost / geryon, as plain data
+  flows      FlowPool and Flow: one connection per (peer, class), send queues, receiver threads
+  buckets    allreduce bucket plans and their digest
+  allreduce  AllreduceGroup: ring reduce-scatter + all-gather, deterministic reduction order
+  shards     PS shard plans (whole tensors round-robin, or slices spread over servers)
+  ps         ParameterServer and PSWorker (push, pull, per-layer wait)
+  hooks      DDP comm hook and TCPStore rendezvous
+  roles, emulated, priobench, cli   benchmark processes and `geryon bench transport|allreduce|priority`
+
+Usage (every rank passes the same tensors, in the same order; priorities: class 0 most urgent):
+
+    from geryon.transport import TransportConfig, AllreduceGroup, ParameterServer, PSWorker
+    config = TransportConfig(secret="per-job secret", policy="geryon", class_dscp=(46, 0))
+    peers = [("10.0.0.1", 29500), ("10.0.0.2", 29500)]          # or hooks.peers_from_store(...)
+    with AllreduceGroup(rank, len(peers), peers, config) as group:
+        group.allreduce(grads, priorities=[0, 0, 1], op="avg")   # in place, bit-exact order
+
+    server = ParameterServer(s, servers, workers, init_params, config, ("0.0.0.0", 29600),
+                             priorities, lr=0.1, momentum=0.9, weight_decay=1e-4)
+    worker = PSWorker(rank, workers, server_addresses, model_params, config, priorities)
+    worker.step(grads)          # push this iteration's gradients, request the next parameters
+    worker.wait_param(0)        # before layer 0's forward; the others keep arriving meanwhile
+
+Errors: TransportError (peer closed/reset), PeerTimeout (no progress within config.timeout),
+PeerAborted (a peer reports the job failing elsewhere: a PS server that lost a worker, a ring
+neighbour that lost its other neighbour; the message names the rank that failed),
+AuthenticationError (wrong secret), ProtocolError (malformed frame, plan mismatch).
+
+Tracing: `TransportConfig(tracer=callback)` gets a `TransferEvent` per data slice queued, started,
+sent and received (see `trace`).
+"""
+
+from geryon.transport.allreduce import AllreduceGroup, reference_allreduce
+from geryon.transport.config import TransportConfig
+from geryon.transport.policy import POLICIES, Policy, get_policy
+from geryon.transport.ps import ParameterServer, PSWorker
+from geryon.transport.trace import TransferEvent
+
+__all__ = ["AllreduceGroup", "ParameterServer", "POLICIES", "Policy", "PSWorker", "TransferEvent",
+           "TransportConfig", "get_policy", "reference_allreduce"]

@@ -1,0 +1,12 @@
+"""Benchmarks that compose the layers: categorize + transport + emulate, measured end to end.
+
+The layers know nothing of each other's internals (categorize does not import the transport or the
+emulator, the transport knows nothing of the threshold search); a benchmark that needs all of them
+together is a composition point, and lives here rather than inside one of them.
+
+  replay_roles   the processes of a replayed-model PS job (`python -m geryon.bench.replay_roles
+                 worker|server`), driven line by line over stdin/stdout
+  threshold      `EmulatedThresholdBench`: the threshold search and the exhaustive sweep measured on
+                 replayed VGG-19/ResNet-50 workers over the real transport on an emulated cluster
+                 (`geryon bench threshold --backend emulated`)
+"""

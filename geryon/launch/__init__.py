@@ -1,0 +1,79 @@
+"""geryon.launch: run a PyTorch training script as a distributed job, urgent parameters first.
+
+Usage
+-----
+    python -m geryon.launch [--mode ps|allreduce] [--workers N] [--servers M]
+                            [--policy vanilla|slicing|endhost|geryon]
+                            [--priority coarse|search|threshold=T] [--classes SPEC]
+                            [--emulate [--bw RATE] [--topology star|leafspine]] [--local]
+                            [--hostfile FILE [--known-hosts FILE]]
+                            [--timeline FILE] [--timeout S] [--grace S]
+                            SCRIPT [ARGS...]
+
+It feels like torchrun: the script is started once per worker, and sees the usual variables. Inside
+the script two lines make it distributed (see geryon.api)::
+
+    ctx = geryon.init()
+    model, optimizer = geryon.distribute(model, optimizer)
+
+Backends (one launcher, three ways to start processes)
+------------------------------------------------------
+  --local      child processes on this machine, talking over loopback (local_run.py).
+  --emulate    an emulated cluster built for the job: one host (network namespace) per rank behind a
+               switch with priority queues at --bw (default 100mbit), removed after the job
+               (emulate_run.py). Needs root.
+  --hostfile   real hosts over SSH (ssh_run.py), one per line: `host[:port] [slots=N] [user=U]
+               [key=PATH] [iface=NAME] [python=PATH]`. Host keys are checked against --known-hosts
+               (default ~/.ssh/known_hosts); an unknown or changed key is an error, never accepted.
+               Server j runs on host j; workers fill the hosts' slots in order. The script path,
+               the working directory and the interpreter must be the same on every host.
+  With none of them: --emulate when run as root, else --local.
+
+Definitions
+-----------
+  worker   a process running SCRIPT; workers are RANK 0..N-1 and WORLD_SIZE is N.
+  server   a parameter server (--mode ps only; default 1), run as `python -m geryon.launch.server`.
+  policy   vanilla: FIFO everywhere; slicing: parameters sliced, no priority; endhost: priority at
+           the senders only; geryon: priority classes marked with DSCP and queued by priority in
+           the network (the emulated cluster gets priority queues only for this policy).
+
+Environment
+-----------
+Every flag has a twin, read when the flag is absent: GERYON_MODE, GERYON_WORKERS, GERYON_SERVERS,
+GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_EMULATE, GERYON_BW, GERYON_TOPOLOGY,
+GERYON_LOCAL, GERYON_HOSTFILE, GERYON_KNOWN_HOSTS, GERYON_TIMELINE, GERYON_TIMEOUT, GERYON_GRACE.
+
+Ranks see RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (a TCPStore
+the launcher hosts; TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun), and GERYON_ROLE,
+GERYON_RANK_NAME, GERYON_WORKER_RANK / GERYON_SERVER_RANK, GERYON_WORKERS, GERYON_SERVERS,
+GERYON_MODE, GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_JOB_ID, GERYON_JOB_SECRET (for
+the transport to authenticate its connections), GERYON_BACKEND, GERYON_HOST_IP, GERYON_IFACE,
+GERYON_TIMELINE, GERYON_STORE_PREFIX (see geryon.launch.environment.JOB_VARIABLES).
+GERYON_TRANSPORT_TIMEOUT (inherited, not a flag): seconds without progress before the transport
+declares a peer dead (default 60).
+
+Transport and timeline
+----------------------
+geryon.api moves the job's gradients and parameters over geryon.transport: in allreduce mode a DDP
+comm hook (geryon.launch.ddp_sync), in ps mode `python -m geryon.launch.server` runs a
+ParameterServer and the workers' optimizer step pushes and pulls (geryon.launch.ps_sync). Priority
+classes come from the model's urgency ranking on its first forward call (geryon.launch.priorities).
+--timeline FILE: every rank writes FILE.<rank>.part.json at exit and the launcher merges the parts
+into FILE when the job ends (on SSH hosts only parts on a shared filesystem can be merged).
+
+Output and failures
+-------------------
+Each rank's output lines are streamed with its name as prefix: `[worker0] loss 2.30`. The job
+succeeds when every worker exits 0 (servers are then stopped). When a rank exits non-zero, or a
+server quits while workers still run, every other rank gets SIGTERM, then SIGKILL after --grace
+seconds (default 5), and the launcher exits with that rank's exit code (128+N if it was killed by
+signal N) after printing its last lines. --timeout S stops the job after S seconds (exit 124).
+Ctrl-C or SIGTERM to the launcher stops every rank the same way, removes the emulated cluster, and
+exits 130. Bad input (a missing script, a bad hostfile line, an unknown host, more servers than hosts,
+an unknown policy, a bad rate) is reported before anything starts, with exit code 2.
+"""
+
+from geryon.launch.config import LaunchConfig, parse_launch_args
+from geryon.launch.launcher import main, run
+
+__all__ = ["LaunchConfig", "parse_launch_args", "run", "main"]

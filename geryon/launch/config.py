@@ -1,0 +1,291 @@
+"""The launcher's command line and environment, parsed and validated into one `LaunchConfig`.
+
+Every flag has an environment-variable twin (`--workers` / `GERYON_WORKERS`); a flag on the command
+line wins over its twin. Everything a user can get wrong is checked here, before any process,
+namespace or SSH connection exists, and reported as a ConfigError that says what to do.
+"""
+
+import argparse
+import os
+import secrets
+from dataclasses import dataclass, field
+
+from geryon.errors import ConfigError, PermissionNeeded
+from geryon.launch.hostfile import HostSpec, parse_hostfile
+from geryon.rates import parse_rate
+
+MODES = ("allreduce", "ps")
+POLICIES = ("vanilla", "slicing", "endhost", "geryon")
+PRIORITY_SCHEMES = ("coarse", "search", "threshold=T")
+TOPOLOGIES = ("star", "leafspine")
+BACKENDS = ("local", "emulate", "ssh")
+DEFAULT_WORKERS = 2
+DEFAULT_BW = "100mbit"
+DEFAULT_GRACE_S = 5.0
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+# flag -> environment twin; the same names are what ranks see about their job (geryon.launch.environment)
+ENV_TWINS = {
+    "mode": "GERYON_MODE", "workers": "GERYON_WORKERS", "servers": "GERYON_SERVERS",
+    "policy": "GERYON_POLICY", "priority": "GERYON_PRIORITY", "classes": "GERYON_CLASSES",
+    "emulate": "GERYON_EMULATE", "bw": "GERYON_BW", "topology": "GERYON_TOPOLOGY",
+    "local": "GERYON_LOCAL", "hostfile": "GERYON_HOSTFILE", "known_hosts": "GERYON_KNOWN_HOSTS",
+    "timeline": "GERYON_TIMELINE", "timeout": "GERYON_TIMEOUT", "grace": "GERYON_GRACE",
+}
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Everything one job needs, validated; built by `parse_launch_args` or directly in code."""
+
+    script: str                                  # absolute path of the training script
+    script_args: tuple[str, ...] = ()
+    mode: str = "allreduce"                      # "allreduce" | "ps"
+    workers: int = DEFAULT_WORKERS
+    servers: int = 0                             # parameter servers (ps mode only)
+    policy: str = "geryon"
+    priority: str = "coarse"                     # "coarse" | "search" | "threshold=T"
+    classes: str | None = None                   # canonical "name:dscp,..." or None (the default two)
+    backend: str = "local"                       # "local" | "emulate" | "ssh"
+    bw: int = 100_000_000                        # emulated link rate, bits/s
+    topology: str = "star"
+    hosts: tuple[HostSpec, ...] = ()             # ssh backend: the hostfile's hosts
+    known_hosts: str | None = None               # ssh backend: the known_hosts file keys are checked against
+    timeline: str | None = None                  # absolute path of the Chrome trace to write
+    timeout: float | None = None                 # seconds; the job is stopped after it
+    grace: float = DEFAULT_GRACE_S               # seconds between SIGTERM and SIGKILL when stopping ranks
+    job_id: str = field(default_factory=lambda: "j" + secrets.token_hex(3)[:5])  # also the cluster name
+    secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
+
+    @property
+    def ranks(self) -> int:
+        """Processes in the job: workers plus servers."""
+        return self.workers + self.servers
+
+
+def build_parser(environ=None) -> argparse.ArgumentParser:
+    """The `python -m geryon.launch` parser; defaults come from the environment twins."""
+    env = os.environ if environ is None else environ
+    parser = argparse.ArgumentParser(
+        prog="python -m geryon.launch",
+        description="Run a PyTorch training script as a distributed job whose urgent parameters move "
+                    "first. See `pydoc geryon.launch` for the manual.")
+
+    def twin(name):
+        return env.get(ENV_TWINS[name])
+
+    parser.add_argument("--mode", default=twin("mode"), metavar="ps|allreduce",
+                        help="parameter servers or ring allreduce (default allreduce; GERYON_MODE)")
+    parser.add_argument("--workers", default=twin("workers"), metavar="N",
+                        help=f"worker processes (default {DEFAULT_WORKERS}, or the hostfile's slots; "
+                             "GERYON_WORKERS)")
+    parser.add_argument("--servers", default=twin("servers"), metavar="M",
+                        help="parameter servers, ps mode only (default 1; GERYON_SERVERS)")
+    parser.add_argument("--policy", default=twin("policy"), metavar="|".join(POLICIES),
+                        help="scheduling policy (default geryon; GERYON_POLICY)")
+    parser.add_argument("--priority", default=twin("priority"), metavar="coarse|search|threshold=T",
+                        help="how parameters are split into classes (default coarse; GERYON_PRIORITY)")
+    parser.add_argument("--classes", default=twin("classes"), metavar="SPEC",
+                        help="priority classes, e.g. 'high:46,low:0' or '3' (GERYON_CLASSES)")
+    parser.add_argument("--emulate", action="store_true", default=None,
+                        help="run on an emulated cluster in namespaces (default when root; GERYON_EMULATE)")
+    parser.add_argument("--bw", default=twin("bw"), metavar="RATE",
+                        help=f"emulated link rate (default {DEFAULT_BW}; GERYON_BW)")
+    parser.add_argument("--topology", default=twin("topology"), metavar="star|leafspine",
+                        help="emulated topology (default star; GERYON_TOPOLOGY)")
+    parser.add_argument("--local", action="store_true", default=None,
+                        help="run as local processes on loopback (default when not root; GERYON_LOCAL)")
+    parser.add_argument("--hostfile", default=twin("hostfile"), metavar="FILE",
+                        help="run on the real hosts listed in FILE over SSH (GERYON_HOSTFILE)")
+    parser.add_argument("--known-hosts", default=twin("known_hosts"), metavar="FILE",
+                        help=f"SSH host keys to trust (default {DEFAULT_KNOWN_HOSTS}; GERYON_KNOWN_HOSTS)")
+    parser.add_argument("--timeline", default=twin("timeline"), metavar="FILE",
+                        help="write a Chrome/Perfetto trace of the job to FILE (GERYON_TIMELINE)")
+    parser.add_argument("--timeout", default=twin("timeout"), metavar="S",
+                        help="stop the job after S seconds (GERYON_TIMEOUT)")
+    parser.add_argument("--grace", default=twin("grace"), metavar="S",
+                        help=f"seconds between SIGTERM and SIGKILL when stopping ranks "
+                             f"(default {DEFAULT_GRACE_S:g}; GERYON_GRACE)")
+    parser.add_argument("script", metavar="SCRIPT", help="the training script")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
+                        help="arguments for the script")
+    return parser
+
+
+def parse_launch_args(argv: list[str] | None = None, environ=None) -> LaunchConfig:
+    """Parse and validate a command line (and the environment twins) into a LaunchConfig."""
+    env = os.environ if environ is None else environ
+    args = build_parser(env).parse_args(argv)
+    if args.emulate is None:
+        args.emulate = _flag_from_env(env, "emulate")
+    if args.local is None:
+        args.local = _flag_from_env(env, "local")
+    return config_from_args(args)
+
+
+def config_from_args(args: argparse.Namespace) -> LaunchConfig:
+    """Validate parsed arguments (strings or None) into a LaunchConfig; raise ConfigError on bad input."""
+    script = _check_script(args.script)
+    mode = _choice(args.mode or "allreduce", MODES, "--mode")
+    policy = _choice(args.policy or "geryon", POLICIES, "--policy")
+    priority = check_priority(args.priority or "coarse")
+    classes = check_classes(args.classes)
+    backend = _choose_backend(bool(args.emulate), bool(args.local), args.hostfile)
+    if backend != "emulate":
+        for flag, value in (("--bw", args.bw), ("--topology", args.topology)):
+            if value is not None:
+                raise ConfigError(f"{flag} describes the emulated cluster; it has no effect with the "
+                                  f"{backend} backend (drop it, or use --emulate)")
+    bw = parse_rate(args.bw or DEFAULT_BW)
+    topology = _choice(args.topology or "star", TOPOLOGIES, "--topology")
+    hosts = parse_hostfile(args.hostfile) if backend == "ssh" else ()
+
+    servers = _count(args.servers, "--servers", minimum=0)
+    if mode == "ps":
+        servers = 1 if servers is None else servers
+        if servers < 1:
+            raise ConfigError("--mode ps needs at least one server (--servers M, M >= 1)")
+    elif servers:
+        raise ConfigError(f"--servers {servers} applies to --mode ps only; allreduce has no servers")
+    else:
+        servers = 0
+    workers = _count(args.workers, "--workers", minimum=1)
+    if workers is None:
+        workers = sum(h.slots for h in hosts) if hosts else DEFAULT_WORKERS
+    if hosts:
+        _check_placement(hosts, workers, servers, args.hostfile)
+
+    known_hosts = None
+    if backend == "ssh":
+        known_hosts = os.path.abspath(os.path.expanduser(args.known_hosts or DEFAULT_KNOWN_HOSTS))
+        if not os.path.isfile(known_hosts):
+            raise ConfigError(f"known_hosts file {known_hosts!r} does not exist; geryon never accepts "
+                              f"unknown host keys: add them after checking their fingerprints "
+                              f"(ssh-keyscan -p PORT HOST >> {known_hosts}) or pass --known-hosts FILE")
+    if backend == "emulate":
+        if os.geteuid() != 0:
+            raise PermissionNeeded("--emulate builds network namespaces and needs root; run it with sudo "
+                                   "or use --local")
+        from geryon.emulate.topology import check_host_count  # lazy: pulls in pyroute2
+
+        check_host_count(emulated_host_count(workers, servers))
+    timeline = None
+    if args.timeline:
+        timeline = os.path.abspath(args.timeline)
+        if not os.path.isdir(os.path.dirname(timeline)):
+            raise ConfigError(f"--timeline {args.timeline!r}: folder {os.path.dirname(timeline)!r} "
+                              f"does not exist")
+    timeout = _seconds(args.timeout, "--timeout", allow_zero=False)
+    grace = _seconds(args.grace, "--grace", allow_zero=True)
+    return LaunchConfig(
+        script=script, script_args=tuple(args.script_args or ()), mode=mode, workers=workers,
+        servers=servers, policy=policy, priority=priority, classes=classes, backend=backend, bw=bw,
+        topology=topology, hosts=hosts, known_hosts=known_hosts, timeline=timeline, timeout=timeout,
+        grace=DEFAULT_GRACE_S if grace is None else grace)
+
+
+def default_backend() -> str:
+    """The backend when none is chosen: the emulated cluster when root, else local processes."""
+    return "emulate" if os.geteuid() == 0 else "local"
+
+
+def emulated_host_count(workers: int, servers: int) -> int:
+    """Hosts of the job's emulated cluster: one per rank (a cluster has at least two)."""
+    return max(2, workers + servers)
+
+
+def check_priority(text: str) -> str:
+    """Validate a priority scheme: 'coarse', 'search' or 'threshold=T' with T a positive number."""
+    if text in ("coarse", "search"):
+        return text
+    key, sep, value = text.partition("=")
+    if key == "threshold" and sep:
+        try:
+            if 0 < float(value) <= 1:
+                return f"threshold={value}"
+        except ValueError:
+            pass
+        raise ConfigError(f"--priority {text!r}: the threshold must be a positive number up to 1 "
+                          f"(the share of the urgency order in class 0), e.g. threshold=0.5")
+    raise ConfigError(f"unknown --priority {text!r}; choose one of {', '.join(PRIORITY_SCHEMES)}")
+
+
+def check_classes(spec: str | None) -> str | None:
+    """Validate a class spec with geryon.netconf and return it in canonical 'name:dscp,...' form."""
+    if spec is None or spec == "":
+        return None
+    from geryon.netconf import parse_classes  # lazy: netconf is not needed to parse other flags
+
+    return ",".join(f"{c.name}:{c.dscp}" for c in parse_classes(spec))
+
+
+def _check_script(path: str) -> str:
+    full = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(full):
+        raise ConfigError(f"training script {path!r} not found (looked for {full})")
+    return full
+
+
+def _choice(value: str, choices: tuple[str, ...], flag: str) -> str:
+    if value not in choices:
+        raise ConfigError(f"unknown {flag} {value!r}; choose one of {', '.join(choices)}")
+    return value
+
+
+def _choose_backend(emulate: bool, local: bool, hostfile: str | None) -> str:
+    chosen = [name for name, on in (("--emulate", emulate), ("--local", local),
+                                    ("--hostfile", bool(hostfile))) if on]
+    if len(chosen) > 1:
+        raise ConfigError(f"{' and '.join(chosen)} exclude each other; pick one backend")
+    if emulate:
+        return "emulate"
+    if local:
+        return "local"
+    if hostfile:
+        return "ssh"
+    return default_backend()
+
+
+def _check_placement(hosts: tuple[HostSpec, ...], workers: int, servers: int, hostfile: str) -> None:
+    if servers > len(hosts):
+        raise ConfigError(f"{servers} servers need {servers} hosts (one server per host) but "
+                          f"{hostfile!r} lists {len(hosts)}; add hosts or lower --servers")
+    slots = sum(h.slots for h in hosts)
+    if workers > slots:
+        raise ConfigError(f"{workers} workers need {workers} slots but {hostfile!r} has {slots}; "
+                          f"raise slots=N on its lines or lower --workers")
+
+
+def _count(value, flag: str, minimum: int) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{flag} {value!r} is not a whole number") from None
+    if number < minimum:
+        raise ConfigError(f"{flag} {number} must be at least {minimum}")
+    return number
+
+
+def _seconds(value, flag: str, allow_zero: bool) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{flag} {value!r} is not a number of seconds") from None
+    if number < 0 or (number == 0 and not allow_zero):
+        raise ConfigError(f"{flag} {value!r} must be {'non-negative' if allow_zero else 'positive'}")
+    return number
+
+
+def _flag_from_env(env, name: str) -> bool:
+    value = env.get(ENV_TWINS[name], "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{ENV_TWINS[name]}={value!r}: use 1 or 0")

@@ -1,0 +1,86 @@
+"""Allreduce mode inside a worker: DDP's gradient buckets travel over geryon's priority flows.
+
+The user keeps `DistributedDataParallel`; `attach_geryon_hook(ddp, job)` registers a communication
+hook (geryon.transport.hooks.geryon_ddp_hook) that averages each bucket with geryon's ring allreduce
+(`AllreduceGroup`), on the flow of the bucket's priority class. Ranks find each other through the
+job's store (`hooks.peers_from_store`), each listening on GERYON_HOST_IP.
+
+A bucket's class is the most urgent class among its parameters (DDP decides what shares a bucket),
+its urgency the smallest urgency among them. Classes come from the urgency ranking, which needs a
+sample input: a forward pre-hook on the wrapped module ranks on the first forward call and checks
+that every rank made the same class assignment (geryon.launch.priorities); until then (and if DDP
+ever calls the hook before a forward) buckets are class 0.
+"""
+
+import atexit
+import logging
+
+from geryon.launch import jobtransport
+from geryon.launch.priorities import decide_priorities
+
+log = logging.getLogger(__name__)
+
+
+class BucketPriorities:
+    """bucket -> (class, urgency), from the classes of the parameters DDP put in it."""
+
+    def __init__(self):
+        self.of_param: dict[int, tuple[int, int]] = {}
+
+    def set_tensor_priorities(self, params, priorities) -> None:
+        self.of_param = {id(p): prio for p, prio in zip(params, priorities)}
+
+    def of_bucket(self, bucket) -> tuple[int, int]:
+        found = [self.of_param[id(p)] for p in bucket.parameters() if id(p) in self.of_param]
+        if not found:
+            return (0, bucket.index())
+        return (min(c for c, _ in found), min(u for _, u in found))
+
+
+def attach_geryon_hook(ddp, job, timeline=None, environ=None):
+    """Register geryon's comm hook on `ddp`; returns the AllreduceGroup (closed at exit)."""
+    from geryon.transport import AllreduceGroup
+    from geryon.transport.hooks import GeryonHookState, geryon_ddp_hook, peers_from_store
+
+    config = jobtransport.transport_config(environ, tracer=timeline.transfer if timeline else None)
+    store = jobtransport.open_store(environ)
+    prefix = jobtransport.store_prefix(environ)
+    host = jobtransport.listen_host(environ)
+    reservation = jobtransport.reserve_port(host)
+    try:
+        port = reservation.getsockname()[1]
+        peers = peers_from_store(store, job.rank, job.world_size, host, port,
+                                 prefix=f"{prefix}transport/allreduce")
+        group = AllreduceGroup(job.rank, job.world_size, peers, config, listen=(host, port))
+    finally:
+        reservation.close()
+    atexit.register(group.close)
+    priorities = BucketPriorities()
+    current = {}
+
+    def hook(state, bucket):
+        current[bucket.index()] = priorities.of_bucket(bucket)
+        return geryon_ddp_hook(state, bucket)
+
+    ddp.register_comm_hook(GeryonHookState(group, lambda index: current[index]), hook)
+    module = ddp.module
+    params = list(module.parameters())
+    ranking = {"done": False, "busy": False}
+
+    def first_forward(_module, args, kwargs):
+        if ranking["done"] or ranking["busy"]:
+            return None
+        ranking["busy"] = True
+        try:
+            assignment, prios, how = decide_priorities(module, args, kwargs, job.priority, config.classes,
+                                                       store, prefix, job.rank, job.world_size)
+            priorities.set_tensor_priorities(params, prios)
+            log.info("geryon: %s classes by %s: %s bytes per class", assignment.method, how,
+                     assignment.bytes_per_class())
+        finally:
+            ranking["busy"] = False
+            ranking["done"] = True
+        return None
+
+    module.register_forward_pre_hook(first_forward, with_kwargs=True, prepend=True)
+    return group

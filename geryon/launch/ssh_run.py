@@ -1,0 +1,165 @@
+"""SSH backend: ranks run on the hostfile's hosts, started over SSH with paramiko.
+
+Every host is connected to (and its key checked against known_hosts) before any rank starts: an
+unknown or changed host key is a HostKeyError, never silently accepted. Each rank is one exec
+channel running `cd CWD && exec env VARS... PYTHON SCRIPT ARGS`; the remote shell first reports its
+PID, which sshd made a session (and process group) leader, so stopping a rank is `kill -SIG -- -PID`
+on the same connection. The launcher hosts the TCPStore; ranks dial the address the launcher has
+toward the first host.
+"""
+
+import os
+import shlex
+import socket
+from contextlib import ExitStack
+
+from geryon.errors import HostKeyError, LaunchError
+from geryon.launch.config import LaunchConfig
+from geryon.launch.environment import job_environment, local_world_sizes, rank_argv
+from geryon.launch.hostfile import HostSpec
+from geryon.launch.placement import RankSpec, place_by_hostfile
+from geryon.launch.rendezvous import hosted_store
+from geryon.launch.supervise import JobResult, interrupts_deferred, supervise
+
+CONNECT_TIMEOUT_S = 15.0
+PID_MARK = b"GERYON_REMOTE_PID="
+NO_EXIT_STATUS = 255  # like ssh(1): the remote side ended without an exit status (signal, lost link)
+
+
+def run_job(config: LaunchConfig, out=None, err=None) -> JobResult:
+    """Connect to every host, run the job there, stop what is left, disconnect."""
+    specs = place_by_hostfile(config)
+    sizes = local_world_sizes(specs)
+    with ExitStack() as stack:
+        clients = []
+        for host in config.hosts:
+            client = connect(host, config.known_hosts)
+            stack.callback(client.close)
+            clients.append(client)
+        master_addr = address_toward(config.hosts[0])
+        with hosted_store(master_addr) as port:
+            def start(spec: RankSpec) -> "SshRank":
+                host = config.hosts[spec.host]
+                env = job_environment(config, spec, master_addr, port, sizes.get(spec.host, 0),
+                                      host_ip=resolve(host), iface=host.iface)
+                argv = rank_argv(config, spec, python=host.python)
+                return SshRank(spec, clients[spec.host], remote_command(argv, env, os.getcwd()), host)
+
+            try:
+                return supervise(specs, start, config.grace, config.timeout, out, err)
+            finally:
+                with interrupts_deferred():
+                    stack.close()
+
+
+class RefuseUnknownHostKey:
+    """paramiko host-key policy: a host missing from known_hosts is an error, with what to do about it."""
+
+    def __init__(self, known_hosts: str):
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client, hostname, key):
+        raise HostKeyError(
+            f"host {hostname} is not in {self.known_hosts} (its {key.get_name()} key has fingerprint "
+            f"{key.fingerprint}); geryon never accepts unknown host keys: check the fingerprint, then "
+            f"add it, e.g. `ssh-keyscan -p PORT HOST >> {self.known_hosts}`")
+
+
+def connect(host: HostSpec, known_hosts: str):
+    """An authenticated paramiko SSHClient for `host`, its key verified against `known_hosts`."""
+    import paramiko  # lazy: only this backend needs it
+
+    client = paramiko.SSHClient()
+    client.load_host_keys(known_hosts)
+    client.set_missing_host_key_policy(RefuseUnknownHostKey(known_hosts))
+    try:
+        client.connect(host.host, port=host.port, username=host.user, key_filename=host.key,
+                       look_for_keys=host.key is None, allow_agent=host.key is None,
+                       timeout=CONNECT_TIMEOUT_S, banner_timeout=CONNECT_TIMEOUT_S,
+                       auth_timeout=CONNECT_TIMEOUT_S)
+    except paramiko.BadHostKeyException as exc:
+        client.close()
+        raise HostKeyError(
+            f"host {host.address} presented a {exc.key.get_name()} key (fingerprint "
+            f"{exc.key.fingerprint}) that does not match {known_hosts}: refusing to connect (possible "
+            f"man-in-the-middle). If the host was reinstalled, remove its old entry with "
+            f"`ssh-keygen -R '{host.known_hosts_name}' -f {known_hosts}` and add the new key") from None
+    except paramiko.AuthenticationException as exc:
+        client.close()
+        raise LaunchError(f"cannot log in to {host.address} as {host.user or 'the current user'}: {exc}; "
+                          f"check user= and key= in the hostfile") from None
+    except HostKeyError:
+        client.close()
+        raise
+    except (OSError, paramiko.SSHException) as exc:
+        client.close()
+        raise LaunchError(f"cannot connect to {host.address}: {exc}") from None
+    return client
+
+
+def remote_command(argv: list[str], env: dict[str, str], cwd: str) -> str:
+    """The shell line run on the host: report the PID, enter CWD, exec the rank with its variables."""
+    variables = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
+    return (f"printf '{PID_MARK.decode()}%s\\n' $$; cd {shlex.quote(cwd)} || exit 127; "
+            f"exec env {variables} {shlex.join(argv)}")
+
+
+class SshRank:
+    """A rank running on a remote host in one SSH exec channel."""
+
+    def __init__(self, spec: RankSpec, client, command: str, host: HostSpec):
+        self.spec = spec
+        self.client = client
+        self.host = host
+        transport = client.get_transport()
+        if transport is None or not transport.is_active():
+            raise LaunchError(f"the SSH connection to {host.address} is gone")
+        self.channel = transport.open_session(timeout=CONNECT_TIMEOUT_S)
+        self.channel.exec_command(command)
+        self.stdout = self.channel.makefile("rb")
+        self.stderr = self.channel.makefile_stderr("rb")
+        self.pid = self._read_pid()
+
+    def _read_pid(self) -> int | None:
+        self.channel.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            line = self.stdout.readline()
+        except socket.timeout:
+            raise LaunchError(f"{self.spec.name} on {self.host.address} did not start within "
+                              f"{CONNECT_TIMEOUT_S:g} s") from None
+        finally:
+            self.channel.settimeout(None)
+        if not line.startswith(PID_MARK):
+            raise LaunchError(f"{self.spec.name} on {self.host.address}: unexpected first line {line!r} "
+                              f"(does the remote login shell print something?)")
+        return int(line[len(PID_MARK):])
+
+    def poll(self) -> int | None:
+        if not self.channel.exit_status_ready():
+            return None
+        status = self.channel.recv_exit_status()
+        return NO_EXIT_STATUS if status == -1 else status
+
+    def signal(self, signum: int) -> None:
+        if self.pid is None:
+            return
+        try:
+            _stdin, stdout, _stderr = self.client.exec_command(
+                f"kill -{int(signum)} -- -{self.pid} 2>/dev/null", timeout=CONNECT_TIMEOUT_S)
+            stdout.channel.recv_exit_status()
+        except Exception:  # the connection is gone: nothing left to signal through it
+            pass
+
+
+def address_toward(host: HostSpec) -> str:
+    """This machine's address on the route to `host` (what the ranks there should dial)."""
+    family, _, _, _, sockaddr = socket.getaddrinfo(host.host, host.port, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect(sockaddr)  # UDP: no packet is sent, the kernel only picks the route
+        return probe.getsockname()[0]
+
+
+def resolve(host: HostSpec) -> str:
+    """The host's address."""
+    return socket.getaddrinfo(host.host, host.port, type=socket.SOCK_STREAM)[0][4][0]
+

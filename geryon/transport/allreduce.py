@@ -1,0 +1,394 @@
+"""Ring allreduce (reduce-scatter then all-gather) over priority flows, bucket by bucket.
+
+Each bucket is split into `world` chunks (`chunk_bounds`); chunk c is owned (ends fully reduced) by
+rank (c - 1) mod world. At reduce-scatter step s rank r sends chunk (r - s) to its right neighbour
+and adds the chunk (r - s - 1) it receives from its left neighbour; then the owners' chunks travel
+once more round the ring (all-gather). Chunks move in slices (TransportConfig.slice_bytes under the
+sliced policies), so reduction and transfer pipeline: each slice is reduced and forwarded by the
+receiving thread as soon as it lands.
+
+Reduction order (deterministic, bit-exact): chunk c is summed along the ring starting at rank c,
+    ((x_c + x_{c+1}) + x_{c+2}) + ... + x_{c+world-1}      (indices mod world)
+with torch's elementwise add in the tensors' own dtype; `op="avg"` then divides that sum by world
+once, at the owner. `reference_allreduce` computes exactly this with plain torch ops.
+
+Every rank must pass the same tensors (sizes, dtypes, priorities) in the same order; the first
+call with a new plan exchanges SHA-256 digests of the bucket plan round the ring and every rank
+raises ProtocolError when any rank differs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from geryon.errors import ConfigError, PeerAborted, ProtocolError
+from geryon.transport.buckets import (Bucket, chunk_bounds, normalize_priorities, pieces,
+                                      plan_buckets, plan_digest)
+from geryon.transport.config import TransportConfig
+from geryon.transport.flows import FlowPool, next_sequence
+from geryon.transport.wire import Kind, dtype_code, encode_control, encode_header, slice_view
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _BucketRun:
+    bucket: Bucket
+    acc: torch.Tensor          # flat, the bucket's data; becomes the result
+    scratch: torch.Tensor      # flat, reduce-scatter slices land here before the add
+    starts: list[int]
+    expect_rs: int
+    expect_ag: int
+    expect_sent: int
+    got_rs: int = 0
+    got_ag: int = 0
+    sent: int = 0
+
+    @property
+    def done(self) -> bool:
+        return (self.got_rs == self.expect_rs and self.got_ag == self.expect_ag
+                and self.sent == self.expect_sent)
+
+
+@dataclass
+class _Collective:
+    seq: int
+    runs: list[_BucketRun]
+    average: bool
+    remaining: int
+    last_progress: float = field(default_factory=time.monotonic)
+
+
+class AllreduceWork:
+    """Handle of an allreduce in flight; `wait()` returns the reduced tensors (in place)."""
+
+    def __init__(self, group: AllreduceGroup, op: _Collective | None, tensors, finish):
+        self._group, self._op, self._tensors, self._finish = group, op, tensors, finish
+
+    def wait(self) -> list[torch.Tensor]:
+        if self._op is not None:
+            self._group._wait(self._op)
+            self._finish()
+            self._op = None
+        return self._tensors
+
+
+class AllreduceGroup:
+    """One rank of a ring: `allreduce(tensors, priorities)` sums (or averages) across all ranks.
+
+    `peers[i]` is the (host, port) where rank i listens; this rank listens on its own entry
+    (or on `listen`). Priorities: per tensor a class (int, 0 most urgent) or (class, urgency).
+    """
+
+    def __init__(self, rank: int, world: int, peers, config: TransportConfig,
+                 listen: tuple[str, int] | None = None):
+        if not 0 <= rank < world or len(peers) != world:
+            raise ConfigError(f"rank {rank} of world {world} with {len(peers)} peer addresses")
+        self.rank, self.world, self.config = rank, world, config
+        self.policy = config.scheduling
+        self.left, self.right = (rank - 1) % world, (rank + 1) % world
+        self._ops: dict[int, _Collective] = {}
+        self._next_seq = 0
+        self._registered = 0   # collectives below this number have been started here
+        self._verified: set[bytes] = set()
+        self._digests: dict[int, dict[int, bytes]] = {}
+        self._aborted = False
+        self.pool = None
+        if world == 1:
+            return
+        bind = listen or ("0.0.0.0", peers[rank][1])
+        self.pool = FlowPool(rank, config, self, listen=bind, peer_label="rank",
+                             accept_peers={self.left, self.right})
+        if not (world == 2 and rank == 1):
+            self.pool.connect(self.right, tuple(peers[self.right]))
+        self.pool.wait_connected({self.left, self.right})
+
+    # -- public API ---------------------------------------------------------------------------
+    def allreduce(self, tensors, priorities=None, op: str = "sum") -> list[torch.Tensor]:
+        """Reduce `tensors` in place across all ranks and return them."""
+        return self.allreduce_async(tensors, priorities, op).wait()
+
+    def allreduce_async(self, tensors, priorities=None, op: str = "sum") -> AllreduceWork:
+        if op not in ("sum", "avg"):
+            raise ConfigError(f"allreduce op {op!r}: use 'sum' or 'avg'")
+        tensors = list(tensors)
+        prios = normalize_priorities(len(tensors), priorities, self.config.classes)
+        buckets = plan_buckets(tensors, prios, self.config.bucket_bytes)
+        for bucket in buckets:
+            dtype_code(bucket.dtype)
+            if op == "avg" and not bucket.dtype.is_floating_point:
+                raise ConfigError(f"op='avg' needs floating-point tensors, not {bucket.dtype}")
+        flats = [self._flatten(tensors, bucket) for bucket in buckets]
+
+        def finish():
+            for bucket, flat in zip(buckets, flats):
+                if len(bucket.entries) == 1 and flat.data_ptr() == tensors[bucket.entries[0].index].data_ptr():
+                    continue
+                for entry in bucket.entries:
+                    target = tensors[entry.index]
+                    target.copy_(flat[entry.offset:entry.offset + entry.numel].view_as(target))
+
+        if self.world == 1:
+            if op == "avg":
+                for flat in flats:
+                    flat.div_(1)
+            return AllreduceWork(self, None, tensors, finish)
+        seq = self._next_seq
+        self._next_seq += 1
+        digest = plan_digest(buckets, self.world, self.policy.name)
+        if digest not in self._verified:
+            self._verify_plan(seq, digest)
+        collective = self._start(seq, buckets, flats, op == "avg")
+        return AllreduceWork(self, collective, tensors, finish)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def flow_failed(self, flow, exc) -> None:
+        """A neighbour's connection broke: pass the news round the ring (ABORT to the other side)."""
+        if isinstance(exc, ProtocolError) or self._aborted or flow.peer_done or self.pool.closed:
+            return
+        self._aborted = True
+        reason = exc.reason if isinstance(exc, PeerAborted) else f"rank {flow.peer_id} failed ({exc})"
+        self.pool.abort(reason, skip_peer=flow.peer_id)
+
+    # -- plan agreement -----------------------------------------------------------------------
+    def _verify_plan(self, seq: int, digest: bytes) -> None:
+        with self.pool.cond:
+            self._digests.setdefault(seq, {})[self.rank] = digest
+        self._send_control(seq, self.rank, digest)
+        start = time.monotonic()
+        self.pool.wait_until(lambda: len(self._digests.get(seq, ())) == self.world,
+                             f"bucket-plan digests (collective {seq})", [self.left, self.right],
+                             progress=lambda: start)
+        with self.pool.cond:
+            digests = self._digests.pop(seq)
+        if len(set(digests.values())) != 1:
+            mine = digests[self.rank]
+            differ = sorted(r for r, d in digests.items() if d != mine)
+            raise ProtocolError(
+                f"ranks disagree on the allreduce bucket plan (collective {seq}): rank {self.rank} "
+                f"has {mine.hex()[:12]}, ranks {differ} have another plan; every rank must pass the "
+                "same tensors (sizes, dtypes, priorities) in the same order")
+        self._verified.add(digest)
+
+    def _send_control(self, seq: int, origin: int, digest: bytes) -> None:
+        frame = encode_control(Kind.PLAN, digest, job_id=self.config.job_id, iteration=seq,
+                               tensor_id=origin)
+        self.pool.flow(self.right, 0, wait=True).send(self.policy.send_key(seq, -1, 0, next_sequence()), frame)
+
+    def control(self, flow, header, payload: bytes) -> None:
+        if header.kind != Kind.PLAN or flow.peer_id != self.left or len(payload) != 32 \
+                or header.tensor_id >= self.world:
+            raise ProtocolError(f"unexpected {header.kind.name} control frame from {flow.name}")
+        with self.pool.cond:
+            self._digests.setdefault(header.iteration, {})[header.tensor_id] = payload
+            self.pool.cond.notify_all()
+        if header.tensor_id != self.right:
+            self._send_control(header.iteration, header.tensor_id, payload)
+
+    # -- running a collective -----------------------------------------------------------------
+    def _flatten(self, tensors, bucket: Bucket) -> torch.Tensor:
+        if len(bucket.entries) == 1:
+            tensor = tensors[bucket.entries[0].index]
+            if tensor.is_contiguous():
+                return tensor.view(-1)
+        return torch.cat([tensors[e.index].detach().reshape(-1) for e in bucket.entries])
+
+    def _start(self, seq: int, buckets: list[Bucket], flats, average: bool) -> _Collective:
+        n, r = self.world, self.rank
+        runs = []
+        for bucket, flat in zip(buckets, flats):
+            bounds = chunk_bounds(bucket.numel, n)
+            size = [e - s for s, e in bounds]
+            runs.append(_BucketRun(bucket, flat, torch.empty_like(flat), [s for s, _ in bounds],
+                                   expect_rs=bucket.numel - size[r],
+                                   expect_ag=bucket.numel - size[(r + 1) % n],
+                                   expect_sent=2 * bucket.numel - size[(r + 1) % n] - size[(r + 2) % n]))
+        collective = _Collective(seq, runs, average, remaining=len(runs))
+        with self.pool.cond:
+            self._ops[seq] = collective
+            self._registered = max(self._registered, seq + 1)
+            for run in runs:
+                self._check_done(collective, run)
+            self.pool.cond.notify_all()
+        for run in runs:
+            start, end = self._chunk(run, r)
+            for offset, length in pieces(start, end, self._piece(run)):
+                self._send(collective, run, Kind.REDUCE, offset, length)
+        return collective
+
+    def _piece(self, run: _BucketRun) -> int | None:
+        if not self.policy.sliced:
+            return None
+        return max(1, self.config.slice_bytes // run.bucket.dtype.itemsize)
+
+    def _chunk(self, run: _BucketRun, c: int) -> tuple[int, int]:
+        c %= self.world
+        end = run.starts[c + 1] if c + 1 < self.world else run.bucket.numel
+        return run.starts[c], end
+
+    def _send(self, collective: _Collective, run: _BucketRun, kind: Kind, offset: int, length: int):
+        bucket = run.bucket
+        header = encode_header(kind, job_id=self.config.job_id, iteration=collective.seq,
+                               tensor_id=bucket.id, offset=offset, length=length,
+                               dtype=dtype_code(bucket.dtype), priority=bucket.priority)
+        key = self.policy.send_key(collective.seq, bucket.priority, bucket.urgency, next_sequence())
+
+        def sent():
+            with self.pool.cond:
+                run.sent += length
+                collective.last_progress = time.monotonic()
+                self._check_done(collective, run)
+
+        flow = self.pool.flow(self.right, self.policy.flow_of(bucket.priority), wait=True)
+        flow.send(key, header, slice_view(run.acc, offset, length), on_sent=sent)
+
+    def _check_done(self, collective: _Collective, run: _BucketRun) -> None:
+        # called with pool.cond held
+        if run.done and not getattr(run, "counted", False):
+            run.counted = True
+            collective.remaining -= 1
+            if collective.remaining == 0:
+                self._ops.pop(collective.seq, None)
+            self.pool.cond.notify_all()
+
+    def _wait(self, collective: _Collective) -> None:
+        self.pool.wait_until(lambda: collective.remaining == 0, f"allreduce #{collective.seq}",
+                             [self.left, self.right], progress=lambda: collective.last_progress)
+
+    # -- receiving (called from the left neighbour's flow threads) ------------------------------
+    def _lookup(self, flow, header) -> tuple[_Collective, _BucketRun, int]:
+        if flow.peer_id != self.left:
+            raise ProtocolError(f"{flow.name} is not this rank's left neighbour")
+        seq = header.iteration
+        arrival = time.monotonic()
+        self.pool.wait_until(lambda: seq in self._ops or seq < self._registered,
+                             f"this rank to start allreduce #{seq} (sent early by rank {self.left})",
+                             [], progress=lambda: arrival)
+        collective = self._ops.get(seq)
+        if collective is None or header.tensor_id >= len(collective.runs):
+            raise ProtocolError(f"{header.describe()} from {flow.name} matches no allreduce in flight")
+        run = collective.runs[header.tensor_id]
+        if header.dtype != run.bucket.dtype or header.offset + header.length > run.bucket.numel:
+            raise ProtocolError(f"{header.describe()} from {flow.name} does not fit bucket "
+                                f"{run.bucket.id} ({run.bucket.numel} x {run.bucket.dtype})")
+        c = bisect.bisect_right(run.starts, header.offset) - 1
+        start, end = self._chunk(run, c)
+        if header.offset + header.length > end:
+            raise ProtocolError(f"{header.describe()} from {flow.name} crosses a chunk boundary")
+        return collective, run, c
+
+    def destination(self, flow, header) -> memoryview:
+        collective, run, c = self._lookup(flow, header)
+        if header.kind == Kind.REDUCE and c != self.rank:
+            return slice_view(run.scratch, header.offset, header.length)
+        if header.kind == Kind.GATHER and c != (self.rank + 1) % self.world:
+            return slice_view(run.acc, header.offset, header.length)
+        raise ProtocolError(f"{header.describe()} from {flow.name} is not expected at rank {self.rank}")
+
+    def delivered(self, flow, header) -> None:
+        collective, run, c = self._lookup(flow, header)
+        offset, length, n, r = header.offset, header.length, self.world, self.rank
+        if header.kind == Kind.REDUCE:
+            target = run.acc[offset:offset + length]
+            target.add_(run.scratch[offset:offset + length])
+            if c == (r + 1) % n:
+                if collective.average:
+                    target.div_(n)
+                self._send(collective, run, Kind.GATHER, offset, length)
+            else:
+                self._send(collective, run, Kind.REDUCE, offset, length)
+        elif c != (r + 2) % n:
+            self._send(collective, run, Kind.GATHER, offset, length)
+        with self.pool.cond:
+            if header.kind == Kind.REDUCE:
+                run.got_rs += length
+            else:
+                run.got_ag += length
+            if run.got_rs > run.expect_rs or run.got_ag > run.expect_ag:
+                raise ProtocolError(f"{flow.name} sent bucket {run.bucket.id} data twice")
+            collective.last_progress = time.monotonic()
+            self._check_done(collective, run)
+
+
+def reference_allreduce(inputs: list[torch.Tensor], op: str = "sum") -> torch.Tensor:
+    """The result the ring computes for one flat bucket, with plain torch ops in the same order.
+
+    `inputs[i]` is rank i's flat tensor.
+    """
+    world = len(inputs)
+    out = torch.empty_like(inputs[0])
+    for c, (start, end) in enumerate(chunk_bounds(inputs[0].numel(), world)):
+        acc = inputs[c][start:end].clone()
+        for step in range(1, world):
+            acc.add_(inputs[(c + step) % world][start:end])
+        if op == "avg":
+            acc.div_(world)
+        out[start:end] = acc
+    return out
+
+
+def reference_allreduce_tensors(inputs: list[list[torch.Tensor]], priorities=None, op: str = "sum",
+                                bucket_bytes: int = TransportConfig.bucket_bytes,
+                                classes: int = 8) -> list[torch.Tensor]:
+    """Per-tensor results of allreducing `inputs[rank][i]` exactly as AllreduceGroup buckets them."""
+    first = inputs[0]
+    buckets = plan_buckets(first, normalize_priorities(len(first), priorities, classes), bucket_bytes)
+    results = [None] * len(first)
+    for bucket in buckets:
+        flats = [torch.cat([rank_inputs[e.index].reshape(-1) for e in bucket.entries])
+                 for rank_inputs in inputs]
+        out = reference_allreduce(flats, op)
+        for e in bucket.entries:
+            results[e.index] = out[e.offset:e.offset + e.numel].view_as(first[e.index])
+    return results
+
+
+def serve_world_of_threads(world: int, config: TransportConfig, body, host: str = "127.0.0.1"):
+    """Run `body(group)` on `world` ranks as threads over loopback sockets; returns the results.
+
+    For tests and quick experiments; ports are picked by binding to port 0 first.
+    """
+    import socket
+    ports = []
+    holders = []
+    for _ in range(world):
+        s = socket.socket()
+        s.bind((host, 0))
+        holders.append(s)
+        ports.append(s.getsockname()[1])
+    for s in holders:
+        s.close()
+    peers = [(host, p) for p in ports]
+    results, errors = [None] * world, [None] * world
+
+    def run(rank):
+        try:
+            with AllreduceGroup(rank, world, peers, config, listen=(host, ports[rank])) as group:
+                results[rank] = body(group)
+        except BaseException as exc:  # noqa: BLE001
+            errors[rank] = exc
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for exc in errors:
+        if exc is not None:
+            raise exc
+    return results

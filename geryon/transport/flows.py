@@ -1,0 +1,462 @@
+"""Flows: authenticated TCP connections to peers, one per priority class (or one per peer).
+
+A FlowPool owns a listening socket and every connection of one rank. Each connection (a Flow) is
+marked with its class's DSCP (IP_TOS / IPV6_TCLASS) and SO_PRIORITY, optionally its own congestion
+control, TCP_NOTSENT_LOWAT (so the kernel does not absorb the priority queue) and TCP_NODELAY. Each
+flow has a sender thread draining a priority-ordered send queue and a receiver thread that reads
+headers, asks the pool's handler for the destination view, and `recv_into`s the payload there.
+
+The handler (allreduce or PS) implements:
+    tensor_numel(tensor_id) -> int | None     (optional attribute; validates data frames early)
+    destination(flow, header) -> memoryview   (raise ProtocolError to reject the frame)
+    delivered(flow, header)                   (payload is in place)
+    control(flow, header, payload)            (PLAN / PULL frames)
+A frame that fails validation closes that connection with a logged reason; the pool records the
+failure per peer so that every wait on that peer raises a TransportError naming it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+from geryon.errors import PeerAborted, PeerTimeout, ProtocolError, TransportError
+from geryon.transport.config import TransportConfig
+from geryon.transport.handshake import dial_handshake, listen_handshake
+from geryon.transport.socketio import read_control_payload, read_exact_into, write_all
+from geryon.transport.trace import emit_from_header, emit_received
+from geryon.transport.wire import (CONTROL_KINDS, HEADER_SIZE, MAX_CONTROL_PAYLOAD, Kind,
+                                   decode_header, encode_control)
+
+log = logging.getLogger(__name__)
+
+SO_PRIORITY = getattr(socket, "SO_PRIORITY", 12)
+TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
+TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
+MAX_PENDING_HANDSHAKES = 64
+_POLL = 0.2
+
+
+def socket_options(config: TransportConfig, flow: int, family: int) -> list[tuple[int, int, object]]:
+    """The (level, option, value) list applied to a flow's socket, built as plain data.
+
+    IP_TOS goes before SO_PRIORITY because Linux derives the socket priority from the TOS.
+    """
+    dscp = config.flow_dscp(flow)
+    flows = config.scheduling.flows(config.classes)
+    so_priority = 6 - (6 * flow) // max(flows - 1, 1) if flows > 1 else 0
+    if family == socket.AF_INET6:
+        options = [(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, dscp << 2)]
+    else:
+        options = [(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)]
+    options += [(socket.SOL_SOCKET, SO_PRIORITY, so_priority),
+                (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+    if config.notsent_lowat:
+        options.append((socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, config.notsent_lowat))
+    if config.tcp_congestion:
+        options.append((socket.IPPROTO_TCP, TCP_CONGESTION, config.tcp_congestion.encode()))
+    return options
+
+
+def apply_socket_options(sock: socket.socket, options) -> None:
+    for level, option, value in options:
+        try:
+            sock.setsockopt(level, option, value)
+        except OSError as exc:
+            raise TransportError(f"cannot set socket option {option} to {value!r}: {exc}") from None
+
+
+@dataclass(order=True)
+class _Queued:
+    key: tuple
+    header: bytes = field(compare=False)
+    payload: object = field(compare=False)
+    on_sent: object = field(compare=False)
+
+
+class SendQueue:
+    """A blocking priority queue of frames (smallest key first); unbounded count, payloads are views."""
+
+    def __init__(self):
+        self._heap: list[_Queued] = []
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def put(self, item: _Queued) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, item)
+            self._cond.notify()
+
+    def get(self) -> _Queued | None:
+        with self._cond:
+            while not self._heap and not self._closed:
+                self._cond.wait()
+            return heapq.heappop(self._heap) if self._heap and not self._closed else None
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._heap.clear()
+            self._cond.notify_all()
+
+
+class Flow:
+    """One authenticated TCP connection to a peer carrying one flow index (class)."""
+
+    def __init__(self, pool: FlowPool, sock: socket.socket, peer_id: int, index: int, name: str):
+        self.pool, self.sock, self.peer_id, self.index, self.name = pool, sock, peer_id, index, name
+        self.queue = SendQueue()
+        self.closing = False
+        self.peer_done = False
+        self.bytes_received = 0
+        self.bytes_sent = 0
+        self._threads = [threading.Thread(target=self._send_loop, name=f"gy-send-{name}", daemon=True),
+                         threading.Thread(target=self._recv_loop, name=f"gy-recv-{name}", daemon=True)]
+
+    def start(self) -> None:
+        self.sock.settimeout(self.pool.config.timeout)
+        for thread in self._threads:
+            thread.start()
+
+    def send(self, key: tuple, header: bytes, payload=b"", on_sent=None) -> None:
+        tracer = self.pool.config.tracer
+        if tracer is not None:
+            emit_from_header(tracer, "queued", self.peer, self.name, header)
+        self.queue.put(_Queued(key, header, payload, on_sent))
+
+    @property
+    def peer(self) -> str:
+        return self.pool.peer_name(self.peer_id)
+
+    def close(self) -> None:
+        self.closing = True
+        self.queue.close()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+    def join(self, timeout: float) -> None:
+        """Wait for this flow's threads to end (never joins the calling thread)."""
+        for thread in self._threads:
+            if thread is not threading.current_thread() and thread.is_alive():
+                thread.join(timeout)
+
+    def _send_loop(self) -> None:
+        tracer = self.pool.config.tracer
+        try:
+            while (item := self.queue.get()) is not None:
+                if tracer is not None:
+                    emit_from_header(tracer, "send_start", self.peer, self.name, item.header)
+                write_all(self.sock, [item.header, item.payload], self.name)
+                if tracer is not None:
+                    emit_from_header(tracer, "send_done", self.peer, self.name, item.header)
+                self.bytes_sent += len(item.header) + len(item.payload)
+                if item.on_sent is not None:
+                    item.on_sent()
+        except Exception as exc:  # noqa: BLE001 -- any failure ends this flow, reported to waiters
+            self._fail(exc)
+
+    def _recv_loop(self) -> None:
+        config, handler = self.pool.config, self.pool.handler
+        buffer = bytearray(HEADER_SIZE)
+        view = memoryview(buffer)
+        numel = getattr(handler, "tensor_numel", None)
+        tracer = config.tracer
+        try:
+            while not self.closing:
+                if not self._wait_header_start(view):
+                    return
+                read_exact_into(self.sock, view[1:], self.name)
+                header = decode_header(buffer, job_id=config.job_id, max_payload=config.max_payload,
+                                       tensor_numel=numel)
+                if header.kind == Kind.BYE:
+                    self.peer_done = True   # it sends no more; we may still send our own BYE
+                    self.pool.peer_left(self)
+                    return
+                if header.kind == Kind.ABORT:
+                    reason = read_control_payload(self.sock, header, self.name).decode(errors="replace")
+                    raise PeerAborted(f"{self.name} aborted the job: {reason}", reason)
+                if header.kind in CONTROL_KINDS:
+                    handler.control(self, header, read_control_payload(self.sock, header, self.name))
+                    continue
+                destination = handler.destination(self, header)
+                if len(destination) != header.payload_len:
+                    raise ProtocolError(f"{header.describe()} does not fit its destination")
+                read_exact_into(self.sock, destination, self.name)
+                self.bytes_received += HEADER_SIZE + header.payload_len
+                if tracer is not None:
+                    emit_received(tracer, self.peer, self.name, header)
+                handler.delivered(self, header)
+        except Exception as exc:  # noqa: BLE001
+            self._fail(exc)
+
+    def _wait_header_start(self, view: memoryview) -> bool:
+        """Wait, without a deadline (an idle peer is fine), for the first byte of a header."""
+        while not self.closing:
+            try:
+                got = self.sock.recv_into(view[:1], 1)
+            except socket.timeout:
+                continue
+            except OSError as exc:
+                if self.closing:
+                    return False
+                raise TransportError(f"connection to {self.name} failed: {exc}") from None
+            if got == 0:
+                if self.closing:
+                    return False
+                raise TransportError(f"{self.name} closed the connection (process exited or killed)")
+            return True
+        return False
+
+    def _fail(self, exc: Exception) -> None:
+        if self.closing:
+            return
+        if not isinstance(exc, TransportError):
+            exc = TransportError(f"flow to {self.name} failed: {exc!r}")
+        log.warning("closing connection to %s: %s", self.name, exc)
+        self.close()
+        self.pool.flow_failed(self, exc)
+
+
+class FlowPool:
+    """All flows of one rank: listens, dials, authenticates, and records per-peer failures."""
+
+    def __init__(self, my_id: int, config: TransportConfig, handler, *,
+                 listen: tuple[str, int] | None = ("0.0.0.0", 0), peer_label: str = "rank",
+                 accept_peers=None):
+        self.my_id, self.config, self.handler, self.peer_label = my_id, config, handler, peer_label
+        self.accept_peers = accept_peers          # None: any authenticated id; else a set of ids
+        self.flows: dict[tuple[int, int], Flow] = {}
+        self.failures: dict[int, TransportError] = {}
+        self.left: set[int] = set()
+        self._aborts: list[tuple[Flow, threading.Event]] = []   # ABORT frames sent, and when out
+        self.addresses: dict[int, str] = {}
+        self.cond = threading.Condition()
+        self.closed = False
+        self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
+        self.listener = None
+        if listen is not None:
+            family = socket.AF_INET6 if ":" in listen[0] else socket.AF_INET
+            self.listener = socket.socket(family, socket.SOCK_STREAM)
+            self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.listener.bind(listen)
+            self.listener.listen(128)
+            threading.Thread(target=self._accept_loop, name=f"gy-accept-{my_id}", daemon=True).start()
+
+    @property
+    def flow_count(self) -> int:
+        return self.config.scheduling.flows(self.config.classes)
+
+    @property
+    def port(self) -> int:
+        return self.listener.getsockname()[1]
+
+    def peer_name(self, peer_id: int, index: int | None = None) -> str:
+        where = f" at {self.addresses[peer_id]}" if peer_id in self.addresses else ""
+        flow = f" (flow {index})" if index is not None else ""
+        return f"{self.peer_label} {peer_id}{where}{flow}"
+
+    # -- establishing connections -------------------------------------------------------------
+    def connect(self, peer_id: int, address: tuple[str, int]) -> None:
+        """Dial every flow to a peer (retrying until the timeout while it is not yet listening)."""
+        self.addresses[peer_id] = f"{address[0]}:{address[1]}"
+        for index in range(self.flow_count):
+            name = self.peer_name(peer_id, index)
+            sock = self._dial(address, index, name)
+            try:
+                dial_handshake(sock, name, secret=self.config.secret, job_id=self.config.job_id,
+                               my_id=self.my_id, class_index=index, expected_listener=peer_id)
+            except Exception:
+                sock.close()
+                raise
+            self._register(sock, peer_id, index, name)
+
+    def _dial(self, address, index, name) -> socket.socket:
+        deadline = time.monotonic() + self.config.timeout
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        while True:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            apply_socket_options(sock, socket_options(self.config, index, family))
+            sock.settimeout(max(0.1, min(self.config.timeout, deadline - time.monotonic())))
+            try:
+                sock.connect(address)
+                return sock
+            except (ConnectionRefusedError, socket.timeout, OSError) as exc:
+                sock.close()
+                if time.monotonic() >= deadline:
+                    raise PeerTimeout(f"cannot connect to {name}: {exc} "
+                                      f"(tried for {self.config.timeout:g} s)") from None
+                time.sleep(0.05)
+
+    def _accept_loop(self) -> None:
+        while not self.closed:
+            try:
+                sock, address = self.listener.accept()
+            except OSError:
+                return
+            if not self._pending.acquire(blocking=False):
+                log.warning("too many connections in handshake; dropping %s:%s", *address[:2])
+                sock.close()
+                continue
+            threading.Thread(target=self._admit, args=(sock, address), daemon=True).start()
+
+    def _admit(self, sock: socket.socket, address) -> None:
+        where = f"{address[0]}:{address[1]}"
+        try:
+            sock.settimeout(self.config.timeout)
+            identity = listen_handshake(sock, f"connection from {where}", secret=self.config.secret,
+                                        job_id=self.config.job_id, my_id=self.my_id,
+                                        classes=self.flow_count)
+            if self.accept_peers is not None and identity.peer_id not in self.accept_peers:
+                raise ProtocolError(f"{self.peer_label} {identity.peer_id} is not expected here")
+            apply_socket_options(sock, socket_options(self.config, identity.class_index, sock.family))
+            self.addresses.setdefault(identity.peer_id, where)
+            self._register(sock, identity.peer_id, identity.class_index,
+                           self.peer_name(identity.peer_id, identity.class_index))
+        except Exception as exc:  # noqa: BLE001 -- a bad client must never stop the listener
+            log.warning("rejected connection from %s: %s", where, exc)
+            sock.close()
+        finally:
+            self._pending.release()
+
+    def _register(self, sock, peer_id, index, name) -> None:
+        with self.cond:
+            old = self.flows.get((peer_id, index))
+            if old is not None and not old.closing:
+                sock.close()
+                raise ProtocolError(f"{name} connected twice")
+            flow = Flow(self, sock, peer_id, index, name)
+            self.flows[(peer_id, index)] = flow
+            self.failures.pop(peer_id, None)
+            self.left.discard(peer_id)
+            self.cond.notify_all()
+        flow.start()
+
+    def wait_connected(self, peers, timeout: float | None = None) -> None:
+        """Block until every flow to each peer in `peers` exists (dialed or accepted)."""
+        wanted = [(p, i) for p in peers for i in range(self.flow_count)]
+        start = time.monotonic()
+        self.wait_until(lambda: all(k in self.flows for k in wanted),
+                        f"connections from {', '.join(self.peer_name(p) for p in peers)}",
+                        peers, progress=lambda: start, timeout=timeout)
+        return None
+
+    # -- sending and waiting ------------------------------------------------------------------
+    def flow(self, peer_id: int, index: int, wait: bool = False) -> Flow:
+        """The flow to a peer; with `wait`, block (up to the timeout) until it is connected."""
+        if wait and (peer_id, index) not in self.flows:
+            self.wait_connected([peer_id])
+        flow = self.flows.get((peer_id, index))
+        if flow is None or flow.closing:
+            raise self.failures.get(peer_id) or TransportError(f"no connection to "
+                                                               f"{self.peer_name(peer_id, index)}")
+        return flow
+
+    def wait_until(self, predicate, what: str, peers, progress, timeout: float | None = None):
+        """Wait for `predicate()` (checked under self.cond); fail fast if a peer in `peers` failed.
+
+        `progress()` returns the monotonic time of the last useful event; no progress for
+        `timeout` seconds (default: the config's) raises PeerTimeout naming the peers.
+        """
+        timeout = self.config.timeout if timeout is None else timeout
+        with self.cond:
+            while True:
+                if predicate():
+                    return
+                for peer in peers:
+                    if peer in self.failures:
+                        failure = self.failures[peer]
+                        raise type(failure)(f"while waiting for {what}: {failure}")
+                if self.closed:
+                    raise TransportError(f"transport closed while waiting for {what}")
+                if time.monotonic() - progress() > timeout:
+                    names = ", ".join(self.peer_name(p) for p in peers) or "peers"
+                    raise PeerTimeout(f"no progress for {timeout:g} s while waiting for {what} "
+                                      f"from {names}: a peer died, stalled or the network is cut")
+                self.cond.wait(_POLL)
+
+    def flow_failed(self, flow: Flow, exc: TransportError) -> None:
+        with self.cond:
+            if self.flows.get((flow.peer_id, flow.index)) is flow:
+                self.failures.setdefault(flow.peer_id, exc)
+            self.cond.notify_all()
+        failed = getattr(self.handler, "flow_failed", None)
+        if failed is not None:
+            failed(flow, exc)
+
+    def peer_left(self, flow: Flow) -> None:
+        with self.cond:
+            self.left.add(flow.peer_id)
+            self.cond.notify_all()
+        left = getattr(self.handler, "peer_left", None)
+        if left is not None:
+            left(flow)
+
+    def abort(self, reason: str, skip_peer: int | None = None) -> list[threading.Event]:
+        """Tell every connected peer (but `skip_peer`) that the job fails, ahead of queued data.
+
+        Returns events set once each ABORT frame is in the kernel.
+        """
+        payload = reason.encode()[:MAX_CONTROL_PAYLOAD]
+        frame = encode_control(Kind.ABORT, payload, job_id=self.config.job_id)
+        with self.cond:
+            flows = [f for (peer, index), f in self.flows.items()
+                     if index == 0 and peer != skip_peer and not f.closing]
+        sent = []
+        for flow in flows:
+            event = threading.Event()
+            flow.send((float("-inf"),), frame, on_sent=event.set)
+            sent.append(event)
+            self._aborts.append((flow, event))
+        log.warning("aborting: told %d peer(s): %s", len(sent), reason)
+        return sent
+
+    def close(self, say_goodbye: bool = True) -> None:
+        """Close every flow (after a BYE and the queued frames, when say_goodbye) and the listener.
+
+        After a peer failed the job is over: no goodbyes (a peer that stopped reading would hold
+        them up to the timeout), only the ABORT frames already queued get a moment to leave.
+        """
+        with self.cond:
+            self.closed = True
+            flows = list(self.flows.values())
+            failed = bool(self.failures)
+            self.cond.notify_all()
+        if failed:
+            say_goodbye = False
+            deadline = time.monotonic() + min(self.config.timeout, 1.0)
+            for flow, event in self._aborts:
+                while not (event.is_set() or flow.closing) and time.monotonic() < deadline:
+                    event.wait(0.02)
+        if self.listener is not None:
+            self.listener.close()
+        if say_goodbye:
+            sent = []
+            for flow in flows:
+                if not flow.closing:
+                    event = threading.Event()
+                    flow.send((float("inf"),), encode_control(Kind.BYE, b"", job_id=self.config.job_id),
+                              on_sent=event.set)
+                    sent.append(event)
+            deadline = time.monotonic() + min(self.config.timeout, 5.0)
+            for event in sent:
+                event.wait(max(0.0, deadline - time.monotonic()))
+        for flow in flows:
+            flow.close()
+        for flow in flows:   # no transport thread may outlive close (torch aborts at exit otherwise)
+            flow.join(2.0)
+
+
+_sequence = itertools.count()
+
+
+def next_sequence() -> int:
+    """A process-wide increasing number, used as the FIFO tie-breaker in send keys."""
+    return next(_sequence)

@@ -1,0 +1,215 @@
+"""One process of a transport job, runnable anywhere: `python -m geryon.transport.roles ROLE ...`.
+
+Used by the benchmarks (inside emulated hosts) and by the failure tests. Each role prints one JSON
+object per line on stdout ({"event": "ready"} first, then results); errors go to stderr and exit 1.
+
+    allreduce  --rank R --peers H:P,H:P,...   ring allreduce of --sizes (bytes), --iters times each
+    gloo       --rank R --world N --master H:P torch.distributed gloo allreduce, same sizes
+    ps-server  --index S --servers M --workers W --listen H:P --sizes ...
+    ps-worker  --rank W --workers W --servers H:P,... --sizes ... --iters K
+    prio-server / prio-worker                  the priority benchmark (see geryon.transport.priobench)
+
+`--trace FILE` appends every TransferEvent (geryon.transport.trace) to FILE as JSON lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import hashlib
+import json
+import os
+import sys
+import time
+
+import torch
+
+from geryon.errors import GeryonError
+from geryon.transport.config import TransportConfig
+
+
+def _emit(**record) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def _addresses(text: str) -> list[tuple[str, int]]:
+    out = []
+    for item in text.split(","):
+        host, port = item.rsplit(":", 1)
+        out.append((host, int(port)))
+    return out
+
+
+def _tracer(path: str | None):
+    """A tracer appending each TransferEvent as a JSON line to `path` (None: no tracing)."""
+    if not path:
+        return None
+    import dataclasses
+    import threading
+    out, lock = open(path, "a", buffering=1 << 20), threading.Lock()
+
+    def write(event) -> None:
+        line = json.dumps(dataclasses.asdict(event)) + "\n"
+        with lock:
+            out.write(line)
+
+    atexit.register(out.close)
+    return write
+
+
+def _config(args) -> TransportConfig:
+    return TransportConfig(tracer=_tracer(args.trace), secret=args.secret, job_id=args.job,
+                           policy=args.policy,
+                           class_dscp=tuple(int(d) for d in args.dscp.split(",")),
+                           slice_bytes=args.slice_bytes, timeout=args.timeout,
+                           tcp_congestion=args.congestion,
+                           notsent_lowat=args.notsent_lowat or None)
+
+
+def _tensors(size_bytes: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(max(1, size_bytes // 4), generator=generator)
+
+
+def allreduce_inputs(size: int, rank: int, two_classes: bool) -> tuple[list[torch.Tensor], list[int]]:
+    """The tensors a benchmark rank reduces: one of `size` bytes, or a high- and a low-class pair."""
+    if not two_classes:
+        return [_tensors(size, rank)], [0]
+    return [_tensors(max(4, size // 8), 1000 + rank), _tensors(size, rank)], [0, 1]
+
+
+def run_allreduce(args) -> None:
+    from geryon.transport.allreduce import AllreduceGroup
+    peers = _addresses(args.peers)
+    config = _config(args)
+    with AllreduceGroup(args.rank, len(peers), peers, config, listen=("0.0.0.0", peers[args.rank][1])) as group:
+        _emit(event="ready", rank=args.rank)
+        for size in args.sizes:
+            tensors, priorities = allreduce_inputs(size, args.rank, args.two_classes)
+            group.allreduce([t.clone() for t in tensors], priorities)   # warm-up, plan agreement
+            times = []
+            barrier = torch.zeros(1)
+            group.allreduce([barrier])
+            for i in range(args.iters):
+                work = [t.clone() for t in tensors]
+                group.allreduce([barrier])   # start together, like the gloo role's dist.barrier()
+                started = time.perf_counter()
+                group.allreduce(work, priorities)
+                times.append(time.perf_counter() - started)
+                if args.checksum:
+                    digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in work)).hexdigest()
+                    _emit(event="iteration", size_bytes=size, iteration=i, sha256=digest)
+            _emit(event="result", system="geryon", size_bytes=size, seconds=sorted(times)[len(times) // 2],
+                  all_seconds=times)
+
+
+def run_gloo(args) -> None:
+    import torch.distributed as dist
+    host, port = args.master.rsplit(":", 1)
+    dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=args.rank,
+                            world_size=args.world)
+    _emit(event="ready", rank=args.rank)
+    try:
+        for size in args.sizes:
+            tensor = _tensors(size, args.rank)
+            dist.all_reduce(tensor.clone())
+            times = []
+            for _ in range(args.iters):
+                work = tensor.clone()
+                dist.barrier()
+                started = time.perf_counter()
+                dist.all_reduce(work)
+                times.append(time.perf_counter() - started)
+            _emit(event="result", system="gloo", size_bytes=size, seconds=sorted(times)[len(times) // 2],
+                  all_seconds=times)
+    finally:
+        dist.destroy_process_group()
+
+
+def _ps_params(sizes: list[int]) -> list[torch.Tensor]:
+    return [_tensors(size, 100 + i) for i, size in enumerate(sizes)]
+
+
+def run_ps_server(args) -> None:
+    from geryon.transport.ps import ParameterServer
+    host, port = args.listen.rsplit(":", 1)
+    params = _ps_params(args.sizes)
+    with ParameterServer(args.index, args.servers, args.workers, params, _config(args),
+                         (host, int(port)), lr=0.01) as server:
+        _emit(event="ready", index=args.index, port=server.port)
+        server.serve_job()
+
+
+def run_ps_worker(args) -> None:
+    from geryon.transport.ps import PSWorker
+    params = _ps_params(args.sizes)
+    total = sum(p.numel() * 4 for p in params)
+    with PSWorker(args.rank, args.workers, _addresses(args.servers), params, _config(args)) as worker:
+        _emit(event="ready", rank=args.rank)
+        grads = [torch.ones_like(p) for p in params]
+        times = []
+        for i in range(args.iters):
+            started = time.perf_counter()
+            worker.step(grads)
+            worker.wait_all()
+            times.append(time.perf_counter() - started)
+            if args.checksum:
+                _emit(event="iteration", iteration=i)
+        median = sorted(times)[len(times) // 2]
+        digest = hashlib.sha256(b"".join(p.numpy().tobytes() for p in params)).hexdigest()
+        _emit(event="result", system="geryon-ps", bytes_each_way=total, seconds=median,
+              all_seconds=times, sha256=digest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m geryon.transport.roles")
+    parser.add_argument("role", choices=["allreduce", "gloo", "ps-server", "ps-worker",
+                                         "prio-server", "prio-worker"])
+    parser.add_argument("--rank", type=int, default=0)
+    parser.add_argument("--world", type=int, default=1)
+    parser.add_argument("--index", type=int, default=0)
+    parser.add_argument("--servers", default="1")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--peers", default="")
+    parser.add_argument("--master", default="")
+    parser.add_argument("--listen", default="0.0.0.0:0")
+    parser.add_argument("--sizes", type=lambda s: [int(float(x)) for x in s.split(",")], default=[1 << 20])
+    parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--checksum", action="store_true", help="print sha256 of every result")
+    parser.add_argument("--two-classes", action="store_true", help="reduce a high and a low tensor")
+    parser.add_argument("--policy", default="geryon")
+    parser.add_argument("--dscp", default="46,0")
+    parser.add_argument("--slice-bytes", type=int, default=TransportConfig.slice_bytes)
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--congestion", default=None)
+    parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,
+                        help="TCP_NOTSENT_LOWAT in bytes; 0 leaves the kernel default")
+    parser.add_argument("--trace", default=None, help="append TransferEvents as JSON lines here")
+    parser.add_argument("--secret", default=os.environ.get("GERYON_SECRET", "geryon-bench"))
+    parser.add_argument("--job", type=int, default=1)
+    parser.add_argument("--burst-bytes", type=int, default=1 << 20)
+    parser.add_argument("--bulk", action="store_true")
+    parser.add_argument("--backlog-bytes", type=int, default=8 << 20)
+    parser.add_argument("--repeat", type=int, default=3)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.role in ("ps-server", "prio-server"):
+        args.servers = int(args.servers)
+    runners = {"allreduce": run_allreduce, "gloo": run_gloo, "ps-server": run_ps_server,
+               "ps-worker": run_ps_worker}
+    if args.role.startswith("prio-"):
+        from geryon.transport import priobench
+        runners.update({"prio-server": priobench.run_server, "prio-worker": priobench.run_worker})
+    try:
+        runners[args.role](args)
+    except GeryonError as exc:
+        print(f"geryon {args.role}: error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

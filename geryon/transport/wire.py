@@ -1,0 +1,184 @@
+"""The wire format: a fixed 44-byte header followed by raw tensor bytes; nothing is ever pickled.
+
+Header layout (network byte order, ``struct`` format ``!4sBBBBIIIQQQ``)::
+
+    offset size field         meaning
+    0      4    magic         b"GYTR"
+    4      1    version       PROTOCOL_VERSION (1)
+    5      1    kind          message type (Kind)
+    6      1    dtype         dtype code (DTYPES); control messages use uint8
+    7      1    priority      priority class of the payload, 0 = most urgent
+    8      4    job_id        per-job id, checked on every frame
+    12     4    iteration     training iteration / collective sequence number (mod 2**32)
+    16     4    tensor_id     index of the tensor (PS) or bucket (allreduce) in the agreed plan
+    20     8    offset        first element of the slice, in elements of dtype
+    28     8    length        number of elements in the slice
+    36     8    payload_len   bytes following the header; must equal length * itemsize
+
+`decode_header` validates every field before the receiver allocates or reads anything; the payload is
+then read with `recv_into` straight into a view of the destination tensor's storage (`byte_view`).
+Control messages (handshake, plan digests, pull requests, goodbyes, aborts) carry at most
+MAX_CONTROL_PAYLOAD bytes, read into a small buffer owned by the connection.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+import torch
+
+from geryon.errors import ProtocolError
+
+MAGIC = b"GYTR"
+PROTOCOL_VERSION = 1
+HEADER = struct.Struct("!4sBBBBIIIQQQ")
+HEADER_SIZE = HEADER.size
+MAX_CONTROL_PAYLOAD = 256
+MAX_PRIORITY_CLASSES = 8
+
+
+class Kind(enum.IntEnum):
+    """Message types; the first group are control messages with a small bytes payload."""
+    HELLO = 1
+    CHALLENGE = 2
+    PROOF = 3
+    ACCEPT = 4
+    REJECT = 5
+    PLAN = 6
+    PULL = 7
+    BYE = 8
+    ABORT = 9     # the job is failing: payload is a UTF-8 reason naming the failed rank
+    REDUCE = 20   # allreduce, reduce-scatter piece
+    GATHER = 21   # allreduce, all-gather piece
+    PUSH = 30     # PS: gradient slice, worker -> server
+    PARAM = 31    # PS: parameter slice, server -> worker
+
+
+CONTROL_KINDS = frozenset({Kind.HELLO, Kind.CHALLENGE, Kind.PROOF, Kind.ACCEPT, Kind.REJECT,
+                           Kind.PLAN, Kind.PULL, Kind.BYE, Kind.ABORT})
+_KINDS = frozenset(int(k) for k in Kind)
+
+DTYPES: dict[int, torch.dtype] = {
+    1: torch.float32, 2: torch.float16, 3: torch.bfloat16, 4: torch.float64,
+    5: torch.int32, 6: torch.int64, 7: torch.uint8, 8: torch.int8,
+}
+DTYPE_CODES: dict[torch.dtype, int] = {dtype: code for code, dtype in DTYPES.items()}
+CONTROL_DTYPE = 7
+
+
+@dataclass(frozen=True)
+class Header:
+    """One decoded, validated frame header."""
+    kind: Kind
+    dtype_code: int
+    priority: int
+    job_id: int
+    iteration: int
+    tensor_id: int
+    offset: int
+    length: int
+    payload_len: int
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype_code]
+
+    def describe(self) -> str:
+        return (f"{self.kind.name} iteration={self.iteration} tensor={self.tensor_id} "
+                f"slice=[{self.offset}, {self.offset + self.length}) {self.dtype}")
+
+
+def dtype_code(dtype: torch.dtype) -> int:
+    """The wire code of a torch dtype; raises ProtocolError for dtypes the wire cannot carry."""
+    try:
+        return DTYPE_CODES[dtype]
+    except KeyError:
+        raise ProtocolError(f"dtype {dtype} cannot be sent; use one of "
+                            f"{', '.join(str(d) for d in DTYPE_CODES)}") from None
+
+
+def itemsize(code: int) -> int:
+    return DTYPES[code].itemsize
+
+
+def encode_header(kind: Kind, *, job_id: int, iteration: int = 0, tensor_id: int = 0,
+                  offset: int = 0, length: int = 0, dtype: int = CONTROL_DTYPE,
+                  priority: int = 0) -> bytes:
+    """Pack one header; `length` is in elements of `dtype` and fixes the payload length."""
+    return HEADER.pack(MAGIC, PROTOCOL_VERSION, int(kind), dtype, priority, job_id,
+                       iteration & 0xFFFFFFFF, tensor_id, offset, length, length * itemsize(dtype))
+
+
+def encode_control(kind: Kind, payload: bytes, *, job_id: int, iteration: int = 0,
+                   tensor_id: int = 0, priority: int = 0) -> bytes:
+    """A control frame: header plus a short bytes payload, as one bytes object."""
+    if len(payload) > MAX_CONTROL_PAYLOAD:
+        raise ProtocolError(f"control payload of {len(payload)} bytes exceeds {MAX_CONTROL_PAYLOAD}")
+    return encode_header(kind, job_id=job_id, iteration=iteration, tensor_id=tensor_id,
+                         length=len(payload), priority=priority) + payload
+
+
+def decode_header(raw: bytes | bytearray | memoryview, *, job_id: int, max_payload: int,
+                  tensor_numel=None) -> Header:
+    """Unpack and validate a header; raises ProtocolError naming the first bad field.
+
+    `tensor_numel(tensor_id) -> int | None` gives the registered size of a tensor (None: unknown);
+    when given, data frames must name a registered tensor and a slice inside it.
+    """
+    if len(raw) != HEADER_SIZE:
+        raise ProtocolError(f"truncated header: {len(raw)} of {HEADER_SIZE} bytes")
+    (magic, version, kind, dtype, priority, job, iteration, tensor_id, offset, length,
+     payload_len) = HEADER.unpack(raw)
+    if magic != MAGIC:
+        raise ProtocolError(f"bad magic {magic!r}: the peer does not speak the geryon transport")
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(f"protocol version {version}, expected {PROTOCOL_VERSION}: "
+                            "run the same geryon version on every rank")
+    if kind not in _KINDS:
+        raise ProtocolError(f"unknown message type {kind}")
+    kind = Kind(kind)
+    if dtype not in DTYPES:
+        raise ProtocolError(f"unknown dtype code {dtype}")
+    if priority >= MAX_PRIORITY_CLASSES:
+        raise ProtocolError(f"priority class {priority} out of range 0..{MAX_PRIORITY_CLASSES - 1}")
+    if job != job_id:
+        raise ProtocolError(f"job id {job}, expected {job_id}: the peer belongs to another job")
+    if payload_len != length * itemsize(dtype):
+        raise ProtocolError(f"payload of {payload_len} bytes does not hold {length} elements "
+                            f"of {DTYPES[dtype]}")
+    if kind in CONTROL_KINDS:
+        if dtype != CONTROL_DTYPE or payload_len > MAX_CONTROL_PAYLOAD or offset != 0:
+            raise ProtocolError(f"malformed {kind.name} control frame ({payload_len} bytes)")
+    else:
+        if payload_len > max_payload:
+            raise ProtocolError(f"payload of {payload_len} bytes exceeds the maximum {max_payload}")
+        if length == 0:
+            raise ProtocolError("empty data slice")
+        if tensor_numel is not None:
+            numel = tensor_numel(tensor_id)
+            if numel is None:
+                raise ProtocolError(f"unknown tensor id {tensor_id}")
+            if offset + length > numel:
+                raise ProtocolError(f"slice [{offset}, {offset + length}) outside tensor {tensor_id} "
+                                    f"of {numel} elements")
+    return Header(kind, dtype, priority, job, iteration, tensor_id, offset, length, payload_len)
+
+
+def byte_view(tensor: torch.Tensor) -> memoryview:
+    """A writable byte memoryview over a contiguous tensor's storage (no copy)."""
+    if not tensor.is_contiguous():
+        raise ProtocolError("tensors on the wire must be contiguous")
+    if tensor.device.type != "cpu":
+        raise ProtocolError(f"tensors on the wire must live on the CPU, not {tensor.device}")
+    flat = tensor.detach().reshape(-1)
+    if flat.numel() == 0:
+        return memoryview(bytearray(0))
+    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+
+
+def slice_view(tensor: torch.Tensor, offset: int, length: int) -> memoryview:
+    """Bytes of elements [offset, offset + length) of a contiguous tensor."""
+    size = tensor.element_size()
+    return byte_view(tensor)[offset * size:(offset + length) * size]

@@ -1,0 +1,122 @@
+"""Helpers shared by the launcher's tests: run `python -m geryon.launch`, read rank output, find leftovers."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "train_cnn.py"
+PYTHON = sys.executable
+# Tiny and quick: the loss-curve comparisons only need the first iterations.
+EXAMPLE_ARGS = ["--iterations", "20", "--width", "4", "--train-size", "512", "--test-size", "100",
+                "--log-json"]
+
+
+def clean_env(**extra) -> dict[str, str]:
+    """The test process's environment without any geryon/torch rank variables, plus `extra`."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GERYON_") and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                        "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE")}
+    env.update(extra)
+    return env
+
+
+def launcher_argv(*args) -> list[str]:
+    return [PYTHON, "-m", "geryon.launch", *map(str, args)]
+
+
+def run_launcher(*args, timeout: float = 180, env=None) -> subprocess.CompletedProcess:
+    """Run the launcher to its end; stdout and stderr as text. On timeout it is stopped like Ctrl-C."""
+    return run_stoppable(launcher_argv(*args), timeout, env, stop_signal=signal.SIGINT)
+
+
+def run_stoppable(argv, timeout: float, env=None, stop_signal=signal.SIGTERM) -> subprocess.CompletedProcess:
+    """Run `argv` in its own session; on timeout signal it, then kill its whole process group, and fail."""
+    process = subprocess.Popen(argv, cwd=REPO, env=env or clean_env(), text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(stop_signal)
+        try:
+            out, err = process.communicate(timeout=30)
+        finally:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+        raise AssertionError(f"{argv} ran over {timeout} s; stopped it. stderr:\n{err[-3000:]}")
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def start_launcher(*args, env=None) -> subprocess.Popen:
+    """Start the launcher in its own session (so a test can signal it alone)."""
+    return subprocess.Popen(launcher_argv(*args), cwd=REPO, env=env or clean_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def marker() -> str:
+    """A unique word to put on rank command lines, to find their processes later."""
+    return "gymark" + uuid.uuid4().hex[:8]
+
+
+def pids_with(word: str) -> list[int]:
+    """PIDs of live processes whose command line contains `word`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if word.encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def assert_no_processes(word: str, within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while pids_with(word) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pids_with(word), f"leftover processes with {word!r}: {pids_with(word)}"
+
+
+def rank_lines(stdout: str, rank: str) -> list[str]:
+    """The lines a rank printed, without their `[rank] ` prefix."""
+    prefix = f"[{rank}] "
+    return [line[len(prefix):] for line in stdout.splitlines() if line.startswith(prefix)]
+
+
+def json_records(lines: list[str]) -> list[dict]:
+    records = []
+    for line in lines:
+        if line.startswith("{"):
+            records.append(json.loads(line))
+    return records
+
+
+def loss_curve(records: list[dict]) -> list[float]:
+    return [r["loss"] for r in records if "iteration" in r]
+
+
+def job_id(stderr: str) -> str:
+    """The job id from the launcher's banner line."""
+    for line in stderr.splitlines():
+        if line.startswith("geryon.launch: job "):
+            return line.split()[2].rstrip(":")
+    raise AssertionError(f"no banner in launcher output:\n{stderr}")
+
+
+def run_single_process(*args, timeout: float = 120) -> list[dict]:
+    """The example alone (no launcher): its JSON records."""
+    result = run_stoppable([PYTHON, str(EXAMPLE), *args], timeout)
+    assert result.returncode == 0, result.stderr
+    return json_records(result.stdout.splitlines())

@@ -1,0 +1,90 @@
+"""Ring allreduce on loopback (ranks as threads, real sockets): bit-exact against torch."""
+
+import socket
+
+import pytest
+import torch
+
+from geryon.errors import ProtocolError
+from geryon.transport.allreduce import (reference_allreduce_tensors, serve_world_of_threads)
+from geryon.transport.config import TransportConfig
+from geryon.transport.flows import TCP_NOTSENT_LOWAT
+
+SIZES = (1, 7, 3001, 1, 10007, 2)   # odd sizes, fewer elements than ranks, buckets and big tensors
+PRIORITIES = [0, 1, 1, 0, 1, 0]
+
+
+def _inputs(world, dtype, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [[torch.randn(n, generator=generator).to(dtype) for n in SIZES] for _ in range(world)]
+
+
+@pytest.mark.parametrize("world", [2, 3, 5, 8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_bit_exact_sum_and_avg(world, dtype):
+    config = TransportConfig(secret="t", slice_bytes=1024, bucket_bytes=4096, timeout=20)
+    inputs = _inputs(world, dtype)
+
+    def body(group):
+        summed = [t.clone() for t in inputs[group.rank]]
+        group.allreduce(summed, PRIORITIES)
+        averaged = [t.clone() for t in inputs[group.rank]]
+        group.allreduce(averaged, PRIORITIES, op="avg")
+        return summed, averaged
+
+    results = serve_world_of_threads(world, config, body)
+    want_sum = reference_allreduce_tensors(inputs, PRIORITIES, "sum", 4096)
+    want_avg = reference_allreduce_tensors(inputs, PRIORITIES, "avg", 4096)
+    for summed, averaged in results:
+        for got, want in zip(summed, want_sum):
+            assert torch.equal(got, want)
+        for got, want in zip(averaged, want_avg):
+            assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("policy", ["vanilla", "slicing", "endhost"])
+def test_every_policy_is_exact(policy):
+    config = TransportConfig(secret="t", policy=policy, slice_bytes=1024, bucket_bytes=4096)
+    inputs = _inputs(3, torch.float32, seed=1)
+    results = serve_world_of_threads(
+        3, config, lambda g: g.allreduce([t.clone() for t in inputs[g.rank]], PRIORITIES))
+    want = reference_allreduce_tensors(inputs, PRIORITIES, "sum", 4096)
+    for got_list in results:
+        assert all(torch.equal(g, w) for g, w in zip(got_list, want))
+
+
+def test_matches_plain_sum_for_integers():
+    config = TransportConfig(secret="t", slice_bytes=1024)
+    inputs = [[torch.arange(1000, dtype=torch.int64) * (r + 1)] for r in range(4)]
+    results = serve_world_of_threads(4, config, lambda g: g.allreduce([inputs[g.rank][0].clone()]))
+    for (got,) in results:
+        assert torch.equal(got, torch.arange(1000, dtype=torch.int64) * 10)
+
+
+def test_plan_mismatch_fails_clearly_on_every_rank():
+    config = TransportConfig(secret="t", timeout=10)
+
+    def body(group):
+        size = 100 if group.rank != 1 else 101
+        with pytest.raises(ProtocolError, match="disagree on the allreduce bucket plan"):
+            group.allreduce([torch.ones(size)])
+        return True
+
+    assert serve_world_of_threads(3, config, body) == [True, True, True]
+
+
+def test_flows_are_marked_per_class():
+    config = TransportConfig(secret="t", class_dscp=(46, 26, 0), tcp_congestion="cubic")
+
+    def body(group):
+        marks = {}
+        for (peer, index), flow in group.pool.flows.items():
+            marks[index] = (flow.sock.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) >> 2,
+                            flow.sock.getsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT),
+                            flow.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+                            .rstrip(b"\0"))
+        return marks
+
+    for marks in serve_world_of_threads(2, config, body):
+        assert marks == {0: (46, 128 * 1024, b"cubic"), 1: (26, 128 * 1024, b"cubic"),
+                         2: (0, 128 * 1024, b"cubic")}

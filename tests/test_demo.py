@@ -1,0 +1,55 @@
+"""`geryon demo`: its numbers from the example's records, its table, and a reduced run end to end."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from geryon.cli import build_parser
+from geryon.demo import DemoRun, format_table, launch_argv, summarise, with_speedups
+from launch_support import REPO, clean_env
+
+
+def _records(times, loss=2.0):
+    records = [{"iteration": i, "loss": loss, "time_s": t} for i, t in enumerate(times)]
+    return records + [{"final": True, "loss": loss, "accuracy": 0.5}]
+
+
+def test_iteration_time_skips_the_warmup():
+    run = summarise("geryon", _records([5.0, 6.0, 7.0, 8.0, 9.0]), wall_s=30.0)
+    assert run.iteration_s == 1.0 and run.images_per_s == 64.0 and run.iterations == 5
+    assert summarise("x", _records([4.0]), 1.0).iteration_s == 4.0
+    assert summarise("x", _records([4.0, 6.0]), 1.0).iteration_s == 2.0
+
+
+def test_speedup_and_table():
+    runs = with_speedups([summarise("vanilla", _records([1, 4, 7, 10]), 1.0),
+                          summarise("geryon", _records([1, 2, 3, 4]), 1.0)])
+    assert [r.speedup for r in runs] == [1.0, 3.0]
+    table = format_table(runs)
+    assert table.splitlines()[0].split() == ["policy", "iteration", "images/s", "speedup", "final", "loss"]
+    assert "3.00x" in table.splitlines()[-1]
+
+
+def test_demo_command_line_runs_the_example_on_the_emulated_ps_cluster():
+    args = build_parser().parse_args(["demo", "--iterations", "3"])
+    argv = launch_argv("geryon", args)
+    assert argv[1:4] == ["-m", "geryon.launch", "--emulate"]
+    assert ["--workers", "4", "--servers", "2", "--policy", "geryon"] == argv[8:14]
+    assert argv[argv.index("--iterations") + 1] == "3" and "--log-json" in argv
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_reduced_demo_prints_json_for_both_policies():
+    result = subprocess.run([sys.executable, "-m", "geryon", "demo", "--iterations", "3", "--hidden", "256",
+                             "--json"], cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    assert [r["policy"] for r in data["runs"]] == ["vanilla", "geryon"]
+    for run in data["runs"]:
+        assert set(run) == set(DemoRun.__dataclass_fields__)
+        assert run["iterations"] == 3 and run["iteration_s"] > 0 and run["speedup"] > 0
+    assert data["runs"][0]["final_loss"] == pytest.approx(data["runs"][1]["final_loss"], rel=1e-4)
+    assert "vanilla  iteration   3/3" in result.stderr and "geryon   iteration   1/3" in result.stderr

@@ -1,0 +1,43 @@
+"""The example CNN: it learns alone, and gives the same loss curve under plain torchrun."""
+
+import pytest
+
+from launch_support import EXAMPLE, EXAMPLE_ARGS, PYTHON, json_records, loss_curve, run_single_process, \
+    run_stoppable
+
+
+@pytest.fixture(scope="module")
+def single_curve():
+    return loss_curve(run_single_process(*EXAMPLE_ARGS))
+
+
+def test_dataset_is_deterministic_and_balanced():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("train_cnn", EXAMPLE)
+    train_cnn = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_cnn)
+    images, labels = train_cnn.make_dataset(500, seed=3)
+    again, labels_again = train_cnn.make_dataset(500, seed=3)
+    assert images.shape == (500, 3, 32, 32)
+    assert (images == again).all() and (labels == labels_again).all()
+    assert labels.bincount(minlength=10).min() > 20
+
+
+def test_loss_falls_and_accuracy_is_reported():
+    records = run_single_process("--iterations", "120", "--width", "8", "--train-size", "2048",
+                                 "--test-size", "500", "--log-json")
+    losses = loss_curve(records)
+    final = records[-1]
+    assert final["final"] and len(losses) == 120
+    assert sum(losses[-10:]) / 10 < 0.7 * sum(losses[:10]) / 10
+    assert final["accuracy"] > 0.3  # chance is 0.1
+
+
+@pytest.mark.slow
+def test_torchrun_gives_the_single_process_curve(single_curve):
+    result = run_stoppable([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                            str(EXAMPLE), *EXAMPLE_ARGS], timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = json_records(result.stdout.splitlines())
+    assert records[-1]["workers"] == 2
+    assert loss_curve(records) == pytest.approx(single_curve, rel=1e-4, abs=1e-5)

@@ -1,0 +1,152 @@
+"""Supervision through the real launcher (local backend): failures stop everything, nothing is left over."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from launch_support import assert_no_processes, marker, run_launcher, start_launcher
+
+# Every rank records its PID, starts a grandchild (to check whole process groups are stopped), says
+# it is ready, then behaves as told by FAIL_RANK / FAIL_CODE / IGNORE_TERM.
+RANK_SCRIPT = """
+import os, signal, subprocess, sys, time
+from pathlib import Path
+state = Path(sys.argv[1]); word = sys.argv[2]
+name = os.environ["GERYON_RANK_NAME"]
+if os.environ.get("IGNORE_TERM"):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", word])
+(state / f"{name}.pid").write_text(str(os.getpid()))
+print(f"{name} ready", flush=True)
+if name == os.environ.get("FAIL_RANK"):
+    time.sleep(0.5)
+    print(f"{name}: giving up on purpose", file=sys.stderr, flush=True)
+    sys.exit(int(os.environ["FAIL_CODE"]))
+time.sleep(300)
+"""
+
+
+@pytest.fixture
+def rank_script(tmp_path):
+    path = tmp_path / "rank.py"
+    path.write_text(RANK_SCRIPT)
+    return path
+
+
+def _env(**extra):
+    from launch_support import clean_env
+    return clean_env(**extra)
+
+
+def _wait_for(paths, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not all(p.exists() and p.read_text() for p in paths):
+        assert time.monotonic() < deadline, f"ranks never became ready: {[str(p) for p in paths]}"
+        time.sleep(0.1)
+
+
+def test_output_is_prefixed_and_success_is_zero(tmp_path):
+    script = tmp_path / "hello.py"
+    script.write_text("import os, sys\nprint('hello', os.environ['RANK'], os.environ['WORLD_SIZE'])\n"
+                      "print('oops', file=sys.stderr)\n")
+    result = run_launcher("--local", "--workers", "3", script)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["[worker0] hello 0 3", "[worker1] hello 1 3",
+                                                  "[worker2] hello 2 3"]
+    assert "[worker1] oops" in result.stderr and "all 3 workers finished" in result.stderr
+
+
+def test_failing_rank_stops_the_others(rank_script, tmp_path):
+    word = marker()
+    result = run_launcher("--local", "--workers", "3", rank_script, tmp_path, word,
+                          env=_env(FAIL_RANK="worker1", FAIL_CODE="3"))
+    assert result.returncode == 3
+    assert "error: worker1 failed with exit code 3" in result.stderr
+    assert "last lines of worker1:\n    worker1: giving up on purpose" in result.stderr
+    assert_no_processes(word)
+
+
+def test_rank_ignoring_sigterm_is_killed_after_grace(rank_script, tmp_path):
+    word = marker()
+    started = time.monotonic()
+    result = run_launcher("--local", "--workers", "2", "--grace", "1", rank_script, tmp_path, word,
+                          env=_env(FAIL_RANK="worker0", FAIL_CODE="5", IGNORE_TERM="1"))
+    assert result.returncode == 5
+    assert time.monotonic() - started < 30
+    assert_no_processes(word)
+
+
+def test_timeout_stops_the_job(rank_script, tmp_path):
+    word = marker()
+    result = run_launcher("--local", "--workers", "2", "--timeout", "2", rank_script, tmp_path, word)
+    assert result.returncode == 124 and "timed out after 2 s" in result.stderr
+    assert_no_processes(word)
+
+
+def test_killed_worker_ends_the_job(rank_script, tmp_path):
+    word = marker()
+    launcher = start_launcher("--local", "--workers", "2", rank_script, tmp_path, word)
+    try:
+        _wait_for([tmp_path / "worker0.pid", tmp_path / "worker1.pid"])
+        os.kill(int((tmp_path / "worker1.pid").read_text()), signal.SIGKILL)
+        _out, err = launcher.communicate(timeout=60)
+        assert launcher.returncode == 128 + signal.SIGKILL
+        assert "worker1 was killed by SIGKILL" in err
+    finally:
+        launcher.kill()
+        launcher.wait()
+    assert_no_processes(word)
+
+
+def test_killed_server_ends_the_job(rank_script, tmp_path):
+    word = marker()
+    launcher = start_launcher("--local", "--mode", "ps", "--servers", "2", "--workers", "2",
+                              rank_script, tmp_path, word)
+    try:
+        _wait_for([tmp_path / "worker0.pid", tmp_path / "worker1.pid"])
+        server = _server_pid(launcher.pid, "1")
+        os.kill(server, signal.SIGKILL)
+        _out, err = launcher.communicate(timeout=60)
+        assert launcher.returncode == 128 + signal.SIGKILL
+        assert "server1 was killed by SIGKILL" in err
+    finally:
+        launcher.kill()
+        launcher.wait()
+    assert_no_processes(word)
+
+
+def test_ctrl_c_stops_everything(rank_script, tmp_path):
+    word = marker()
+    launcher = start_launcher("--local", "--workers", "2", "--grace", "1", rank_script, tmp_path, word,
+                              env=_env(IGNORE_TERM="1"))
+    try:
+        _wait_for([tmp_path / "worker0.pid", tmp_path / "worker1.pid"])
+        launcher.send_signal(signal.SIGINT)
+        _out, err = launcher.communicate(timeout=60)
+        assert launcher.returncode == 130
+        assert "interrupted" in err
+    finally:
+        launcher.kill()
+        launcher.wait()
+    assert_no_processes(word)
+
+
+def _server_pid(launcher_pid: int, index: str, timeout: float = 30.0) -> int:
+    """The PID of the launcher's child running server `index`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                environ = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if int(stat[1]) == launcher_pid and f"GERYON_SERVER_RANK={index}".encode() in environ:
+                return int(entry.name)
+        time.sleep(0.1)
+    raise AssertionError(f"server{index} of launcher {launcher_pid} not found")

@@ -1,0 +1,136 @@
+"""Parameter-server mode on loopback: exact aggregation, and training equal to one process."""
+
+import threading
+
+import pytest
+import torch
+
+from geryon.errors import ProtocolError
+from geryon.transport.config import TransportConfig
+from geryon.transport.ps import ParameterServer, PSWorker
+
+
+def run_ps(workers, servers, params, config, priorities, work, **sgd):
+    """Start `servers` servers and `workers` worker threads running work(rank, worker)."""
+    started = [ParameterServer(s, servers, workers, params, config, ("127.0.0.1", 0), priorities, **sgd)
+               for s in range(servers)]
+    addresses = [("127.0.0.1", s.port) for s in started]
+    results, errors = [None] * workers, []
+
+    def run(rank):
+        try:
+            local = [p.detach().clone() for p in params]
+            with PSWorker(rank, workers, addresses, local, config, priorities) as worker:
+                results[rank] = work(rank, worker, local)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(workers)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        for s in started:
+            s.close()
+    if errors:
+        raise errors[0]
+    return results
+
+
+@pytest.mark.parametrize("policy", ["vanilla", "geryon"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_aggregate_is_bit_exact_mean(policy, dtype):
+    """lr=1 from zero parameters: the pulled value is minus the mean, summed in worker order."""
+    workers, sizes = 3, (5, 3001, 1)
+    config = TransportConfig(secret="t", policy=policy, slice_bytes=1024, timeout=20)
+    params = [torch.zeros(n, dtype=dtype) for n in sizes]
+    grads = [[torch.randn(n).to(dtype) for n in sizes] for _ in range(workers)]
+
+    def work(rank, worker, local):
+        worker.step(grads[rank])
+        worker.wait_all()
+        return [t.clone() for t in local]
+
+    results = run_ps(workers, 2, params, config, [0, 1, 0], work, lr=1.0)
+    for i in range(len(sizes)):
+        mean = grads[0][i].clone()
+        for w in range(1, workers):
+            mean.add_(grads[w][i])
+        mean.div_(workers)
+        want = torch.zeros_like(mean).add_(mean, alpha=-1.0)
+        for got in results:
+            assert torch.equal(got[i], want)
+
+
+def _model():
+    torch.manual_seed(1)
+    return torch.nn.Sequential(torch.nn.Linear(10, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3))
+
+
+@pytest.mark.parametrize("policy", ["vanilla", "slicing", "endhost", "geryon"])
+def test_sync_training_equals_single_process(policy):
+    workers, iterations, batch = 3, 4, 8
+    sgd = dict(lr=0.1, momentum=0.9, weight_decay=0.01)
+    torch.manual_seed(5)
+    inputs = torch.randn(iterations, workers * batch, 10)
+    labels = torch.randint(0, 3, (iterations, workers * batch))
+    reference = _model()
+    optimizer = torch.optim.SGD(reference.parameters(), **sgd)
+    for i in range(iterations):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(reference(inputs[i]), labels[i]).backward()
+        optimizer.step()
+    config = TransportConfig(secret="t", policy=policy, slice_bytes=1024, timeout=20)
+    initial = [p.detach().clone() for p in _model().parameters()]
+
+    def work(rank, worker, local):
+        model = _model()
+        for p, t in zip(model.parameters(), local):
+            p.data = t                      # the worker writes pulled values into these tensors
+        part = slice(rank * batch, (rank + 1) * batch)
+        for i in range(iterations):
+            for layer in range(len(local)):
+                worker.wait_param(layer)
+            model.zero_grad()
+            torch.nn.functional.cross_entropy(model(inputs[i][part]), labels[i][part]).backward()
+            worker.step([p.grad for p in model.parameters()])
+        worker.wait_all()
+        return [p.detach().clone() for p in model.parameters()]
+
+    for result in run_ps(workers, 2, initial, config, [0, 0, 1, 1], work, **sgd):
+        for got, want in zip(result, reference.parameters()):
+            torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_mismatched_shard_plan_is_refused():
+    config = TransportConfig(secret="t", timeout=10)
+    server = ParameterServer(0, 1, 1, [torch.zeros(10)], config, ("127.0.0.1", 0))
+    try:
+        with pytest.raises(ProtocolError, match="another parameter shard plan"):
+            PSWorker(0, 1, [("127.0.0.1", server.port)], [torch.zeros(11)], config)
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("sgd", [dict(lr=0.1), dict(lr=0.05, momentum=0.9, weight_decay=0.01),
+                                 dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=1e-3),
+                                 dict(lr=0.05, momentum=0.9, nesterov=True)])
+def test_server_update_is_bit_exact_torch_sgd(sgd):
+    """The server's per-shard update equals torch.optim.SGD.step bit for bit, step after step."""
+    from geryon.transport.ps import _ServerShard
+    from geryon.transport.shards import Shard
+    full = dict(momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, **{"lr": 0.0})
+    full.update(sgd)
+    torch.manual_seed(3)
+    start = torch.randn(257)
+    shard = _ServerShard(Shard(0, 0, 257, 0, 0, 0), start, 1, full)
+    reference = torch.nn.Parameter(start.clone())
+    optimizer = torch.optim.SGD([reference], **sgd)
+    for _ in range(5):
+        grad = torch.randn(257)
+        reference.grad = grad.clone()
+        optimizer.step()
+        shard.step(grad.clone())
+        assert torch.equal(shard.param, reference.detach())

@@ -1,0 +1,70 @@
+"""`geryon bench threshold --backend emulated`: replayed workers over the real transport, end to end.
+
+The root test runs a short search (2 workers, 1 server, 3 candidates, 3 iterations per probe) on an
+emulated cluster and checks the RUN.json it writes, and that every threshold switch kept every
+update exactly once (each drain compares the applied-update count on every rank to the iterations).
+"""
+
+import json
+
+import pytest
+import torch
+
+from geryon.bench.replay_roles import LEARNING_RATE, applied_updates
+from geryon.bench.threshold import EmulatedSetup
+from geryon.categorize.classes import threshold_split
+from geryon.categorize.profiles import resolve_profile
+from geryon.categorize.runrecord import load_run
+from geryon.cli import main
+from geryon.errors import ConfigError
+
+
+def test_applied_updates_counts_and_catches_a_stray_update():
+    tensors = [torch.full((5,), -7 * LEARNING_RATE), torch.full((3,), -7 * LEARNING_RATE)]
+    assert applied_updates(tensors) == 7
+    tensors[1][2] -= LEARNING_RATE            # one element updated twice
+    assert applied_updates(tensors) is None
+    unequal = [torch.full((2,), -1 * LEARNING_RATE), torch.full((2,), -2 * LEARNING_RATE)]
+    assert applied_updates(unequal) is None      # one tensor missed an update
+
+
+def test_setup_scales_the_link_and_rejects_bad_values():
+    setup = EmulatedSetup(bandwidth=10e9, size_scale=0.01, time_scale=1.0)
+    assert setup.link_rate == 100_000_000     # 10 Gbit/s with full sizes = 100 Mbit/s with sizes / 100
+    assert EmulatedSetup(bandwidth=10e9, size_scale=0.01, time_scale=2.0).link_rate == 50_000_000
+    for bad in ({"workers": 0}, {"size_scale": 0}, {"time_scale": -1}, {"within_class": "lifo"}):
+        with pytest.raises(ConfigError):
+            EmulatedSetup(**bad)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_emulated_bench_end_to_end(tmp_path, unique_name, capsys):
+    out = tmp_path / "RUN.json"
+    assert main(["bench", "threshold", "--backend", "emulated", "--model", "vgg19", "--workers", "2",
+                 "--servers", "1", "--bandwidth", "40gbit", "--candidates", "0,0.5,1", "--budget", "3",
+                 "--first-round", "3", "--iters-per-probe", "3", "--warmup", "1",
+                 "--cluster-name", unique_name, "--out", str(out), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    for key in ("chosen", "chosen_iter_s", "sweep_best", "sweep_best_iter_s", "probes"):
+        assert key in printed, key
+    assert printed["probes"] == 3 and printed["updates_verified"] is True
+
+    record = load_run(out)
+    extra = record["extra"]
+    assert record["context"]["backend"] == "emulated" and record["chosen"] in (0.0, 0.5, 1.0)
+    assert [p["threshold"] for p in record["sweep"]] == [0.0, 0.5, 1.0]
+    assert all(0 < p["iter_s"] < 10 for p in record["sweep"])
+    # 3 search probes + 3 sweep probes + the re-measured choice, 3 iterations each
+    iterations = 7 * 3
+    verification = extra["verification"]
+    assert verification["iterations"] == iterations and verification["all_ok"]
+    assert verification["final_applied"] == [iterations] * 3      # 2 workers and the server
+    # every switch at an iteration boundary, each with the digest of threshold_split at its threshold
+    switches = extra["switches"]
+    assert [s["iteration"] for s in switches] == sorted(s["iteration"] for s in switches)
+    assert all(s["iteration"] % 3 == 0 for s in switches) and verification["drains"] == len(switches)
+    ranking = resolve_profile("vgg19").ranking()
+    for switch in switches:
+        assert switch["assignment_digest"] == threshold_split(ranking, [switch["threshold"]]).digest()
+    assert len(extra["worker_times"]) == iterations and all(len(t) == 2 for t in extra["worker_times"])
