@@ -167,7 +167,7 @@ def _synchronised(model, optimizer, job: JobContext, timeline):
     if transport:
         from geryon.launch.ddp_sync import attach_geryon_hook
 
-        attach_geryon_hook(ddp, job, timeline)
+        attach_geryon_hook(ddp, job, timeline, optimizer=optimizer)
     return ddp, optimizer
 
 

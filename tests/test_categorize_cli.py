@@ -41,7 +41,7 @@ def test_categorize_bad_input(argv, message, capsys):
 
 def test_bench_threshold_analytic(tmp_path, capsys):
     run = tmp_path / "RUN.json"
-    assert main(["bench", "threshold", "--model", "resnet50", "--bandwidth", "10gbit", "--json",
+    assert main(["bench", "threshold", "--backend", "analytic", "--model", "resnet50", "--bandwidth", "10gbit", "--json",
                  "--out", str(run)]) == 0
     result = json.loads(capsys.readouterr().out)
     assert set(result) >= {"chosen", "chosen_iter_s", "sweep_best", "sweep_best_iter_s", "probes"}

@@ -1,6 +1,7 @@
 """Replayed models: profiled compute time, real tensors of the profiled sizes, per-layer hooks."""
 
 import threading
+import time
 
 import pytest
 
@@ -44,3 +45,17 @@ def test_a_blocking_pull_hook_delays_the_forward_pass():
 def test_bad_scales():
     with pytest.raises(ConfigError):
         ReplayedModel(resolve_profile("alexnet"), size_scale=0)
+
+
+def test_spin_margin_is_per_model():
+    profile = resolve_profile("resnet50")
+    sleeper = ReplayedModel(profile, time_scale=0.5, size_scale=0.001, spin_margin=0.0)
+    spinner = ReplayedModel(profile, time_scale=0.5, size_scale=0.001, spin_margin=1.0)
+    assert ReplayedModel(profile, size_scale=0.001).spin_margin == 0.001   # the replay's default
+    cpu_started = time.thread_time()
+    wall = sleeper.step()
+    assert time.thread_time() - cpu_started < 0.5 * wall      # sleeping, not spinning
+    assert wall >= sleeper.compute_s * 0.98
+    assert min(spinner.step() for _ in range(3)) < spinner.compute_s * 1.5   # spinning stays on time
+    with pytest.raises(ConfigError):
+        ReplayedModel(profile, spin_margin=-0.001)

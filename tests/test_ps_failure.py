@@ -52,7 +52,9 @@ def test_killed_worker_is_named_to_every_rank_quickly():
             rc = proc.wait(timeout=TIMEOUT)
             error = proc.stderr.read()
             assert rc == 1, error
-            assert "worker 1" in error and "closed the connection" in error, error
+            # a killed process's socket closes (FIN) or, with unread data in it, resets (RST)
+            assert "worker 1" in error, error
+            assert "closed the connection" in error or "Connection reset by peer" in error, error
             print(f"{time.monotonic() - killed_at:.2f} s: {error.strip().splitlines()[-1]}")
         elapsed = time.monotonic() - killed_at
         assert elapsed < TIMEOUT / 2, f"survivors took {elapsed:.1f} s to fail"

@@ -53,3 +53,17 @@ def test_bad_records(tmp_path, capsys):
         load_run(bad)
     with pytest.raises(ConfigError, match="does not exist"):
         load_run(tmp_path / "none.json")
+
+
+def test_report_names_the_workers_a_bench_measured(run_json, tmp_path):
+    from geryon.categorize.report import describe_ranks
+
+    record = load_run(run_json)
+    assert describe_ranks({"world_size": 4, "context": {}}) == "4 ranks"     # a training run
+    record["context"].update(backend="emulated", workers=2, servers=1)     # one driver process
+    assert record["world_size"] == 1 and describe_ranks(record) == "2 workers, 1 server"
+    emulated = write_run(tmp_path / "emulated.json", record)
+    out = tmp_path / "report"
+    assert main(["report", "threshold", str(emulated), "--out", str(out)]) == 0
+    text = (out / "emulated.md").read_text()
+    assert "ranks: 2 workers, 1 server;" in text and "1 rank" not in text

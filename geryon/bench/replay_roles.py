@@ -44,10 +44,9 @@ import time
 
 import torch
 
-from geryon.categorize import replay
 from geryon.categorize.classes import threshold_split
 from geryon.categorize.profiles import resolve_profile
-from geryon.categorize.replay import ReplayedModel
+from geryon.categorize.replay import SLEEP_MARGIN_S, ReplayedModel
 from geryon.errors import GeryonError
 from geryon.transport import ParameterServer, PSWorker, TransportConfig
 
@@ -88,8 +87,10 @@ def _config(args) -> TransportConfig:
 
 
 def _replayed_model(args) -> ReplayedModel:
+    # on 2 shared cores, W spinning workers starve the servers and the kernel's forwarding, so the
+    # bench may spin less than the replay's default (--spin-margin)
     return ReplayedModel(resolve_profile(args.model, batch=args.batch), time_scale=args.time_scale,
-                         size_scale=args.size_scale, gradient_value=1.0)
+                         size_scale=args.size_scale, gradient_value=1.0, spin_margin=args.spin_margin)
 
 
 def _priorities(ranking, threshold: float, args):
@@ -105,25 +106,7 @@ def _priorities(ranking, threshold: float, args):
 
 
 class LayerwisePSWorker(PSWorker):
-    """A PSWorker that can push one tensor's gradient at a time (as its layer's backward ends).
-
-    SEAM(transport): PSWorker.push takes every gradient at once; this per-tensor push builds the same
-    frames as its loop body for one tensor. Replace it when the transport offers a per-tensor push.
-    """
-
-    def push_tensor(self, tensor_id: int, grad: torch.Tensor) -> None:
-        from geryon.transport.flows import next_sequence
-        from geryon.transport.wire import Kind, dtype_code, encode_header, slice_view
-
-        spec = self.specs[tensor_id]
-        grad = grad.detach().contiguous()
-        for shard in self.shards_of[tensor_id]:
-            header = encode_header(Kind.PUSH, job_id=self.config.job_id, iteration=self.iteration,
-                                   tensor_id=shard.tensor_id, offset=shard.offset, length=shard.length,
-                                   dtype=dtype_code(spec.dtype), priority=shard.priority)
-            key = self.policy.send_key(self.iteration, shard.priority, shard.urgency, next_sequence())
-            flow = self.pool.flow(shard.server, self.policy.flow_of(shard.priority))
-            flow.send(key, header, slice_view(grad, shard.offset, shard.length))
+    """A PSWorker pushed one tensor at a time (`push_tensor`, as each layer's backward ends)."""
 
     def next_iteration(self) -> None:
         """Every gradient of this iteration is pushed: ask for the next version of the parameters."""
@@ -238,8 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dscp", default="46,0")
     parser.add_argument("--slice-bytes", type=int, default=256 * 1024)
     parser.add_argument("--timeout", type=float, default=60.0)
-    parser.add_argument("--spin-margin", type=float, default=None,
-                        help="seconds of busy-wait at the end of each replayed layer (replay's default 1 ms)")
+    parser.add_argument("--spin-margin", type=float, default=SLEEP_MARGIN_S,
+                        help="seconds of busy-wait at the end of each replayed layer (default 1 ms)")
     parser.add_argument("--congestion", default="", help="TCP congestion control (default: the system's)")
     parser.add_argument("--job", type=int, default=4)
     return parser
@@ -248,11 +231,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    if args.spin_margin is not None:
-        # SEAM(categorize): ReplayedModel spins the last SLEEP_MARGIN_S of every layer; on 2 shared
-        # cores, W spinning workers starve the servers and the kernel's forwarding, so the bench
-        # may spin less (time.sleep overshoots ~0.1 ms here). A ReplayedModel parameter would be cleaner.
-        replay.SLEEP_MARGIN_S = args.spin_margin
     torch.set_num_threads(1)
     try:
         if args.role == "worker":

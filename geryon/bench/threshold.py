@@ -69,6 +69,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from geryon.signals import sigterm_as_interrupt
 from geryon.errors import ConfigError, TransportError
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -349,8 +350,10 @@ def run_emulated_threshold_bench(setup: EmulatedSetup, settings=None, name: str 
     context = profile_context(profile, setup.metric, backend="emulated", bandwidth_bps=setup.bandwidth,
                               link_rate_bps=setup.link_rate, workers=setup.workers, servers=setup.servers,
                               emulation=asdict(setup), policy="geryon")
-    with EmulatedCluster(name or cluster_name(), hosts=setup.servers + setup.workers,
-                         bw=setup.link_rate, priority=True) as cluster:
+    # a SIGTERM (kill, a CI timeout) tears the cluster and the role processes down like Ctrl-C
+    with sigterm_as_interrupt(), EmulatedCluster(name or cluster_name(),
+                                                 hosts=setup.servers + setup.workers,
+                                                 bw=setup.link_rate, priority=True) as cluster:
         job = ReplayedPSJob(cluster, setup)
         try:
             job.start()

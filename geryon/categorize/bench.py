@@ -9,8 +9,9 @@ returns the RUN.json record with the comparison in `extra`:
 Backends that provide `measure_iteration`:
 - `analytic_measure`: the iteration-time model (`model.py`) of a profile at a bandwidth, with
   multiplicative lognormal noise and occasional slow iterations (deterministic given a seed);
-- the emulated cluster with replayed models over the real transport: to come (it composes the
-  launcher, transport and `replay.py`, so it lives outside categorize).
+- `geryon.bench.threshold.run_emulated_threshold_bench`: replayed models (`replay.py`) as
+  parameter-server workers over the real transport on an emulated cluster (it composes the
+  emulator, transport and replay, so it lives outside categorize).
 """
 
 import numpy as np

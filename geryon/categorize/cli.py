@@ -15,6 +15,7 @@
 """
 
 import json
+import os
 import sys
 
 from geryon.errors import ConfigError
@@ -48,9 +49,10 @@ def add_commands(commands, bench) -> None:
     bench_threshold.add_argument("--model", default="vgg19", help="profile name (default vgg19)")
     bench_threshold.add_argument("--workers", type=int, default=1,
                                  help="workers sharing the parameter server's link (analytic: bandwidth / N)")
-    bench_threshold.add_argument("--backend", choices=("analytic", "emulated"), default="analytic",
-                                 help="analytic: the iteration-time model with noise; emulated (root): "
-                                      "replayed models over the real transport on an emulated cluster")
+    bench_threshold.add_argument("--backend", choices=("analytic", "emulated"), default=None,
+                                 help="emulated (root; the default as root): replayed models over the real "
+                                      "transport on an emulated cluster; analytic (the default otherwise): "
+                                      "the iteration-time model with noise")
     bench_threshold.add_argument("--servers", type=int, default=1, help="parameter servers (emulated)")
     bench_threshold.add_argument("--size-scale", type=float, default=0.01,
                                  help="emulated: tensor sizes x this, port rate scaled to match")
@@ -172,6 +174,8 @@ def _bench_threshold(args) -> int:
             candidates["candidates"] = tuple(float(t) for t in args.candidates.split(",") if t.strip())
         except ValueError:
             raise ConfigError(f"--candidates {args.candidates!r}: give comma-separated numbers") from None
+    if args.backend is None:
+        args.backend = "emulated" if os.geteuid() == 0 else "analytic"
     emulated = args.backend == "emulated"
     settings = SearchSettings(budget=args.budget, first_round=args.first_round,
                               iters_per_probe=args.iters_per_probe or (8 if emulated else 5),

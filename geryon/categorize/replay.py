@@ -6,8 +6,8 @@ layer that has parameters, of the profiled size times `size_scale`, and runs an 
   backward: for layer L..1: compute, fill the gradient, call every ready-for-push hook
             (layer index, name, gradient tensor),
 where "compute" takes the profiled time times `time_scale`, measured against a deadline (sleep
-until ~1 ms before, then busy-wait), so work done inside the layer (filling the gradient) counts
-toward its time rather than adding to it. These are the same two points a real model exposes
+until `spin_margin` before it, 1 ms by default, then busy-wait), so work done inside the layer
+(filling the gradient) counts toward its time rather than adding to it. These are the same two points a real model exposes
 (a forward pre-hook per layer; a gradient hook per parameter), so a transport drives a replayed
 model and a real torch model the same way: block in the pull hook until the parameter arrived,
 send from the push hook. Scaling sizes by s with the bandwidth scaled by s keeps the same
@@ -20,14 +20,14 @@ from geryon.categorize.profiles import BYTES_PER_PARAMETER, LayerProfile
 from geryon.categorize.urgency import RankedParameter
 from geryon.errors import ConfigError
 
-SLEEP_MARGIN_S = 0.001
+SLEEP_MARGIN_S = 0.001   # default busy-wait at the end of each layer (time.sleep overshoots ~0.1 ms)
 
 
-def wait_until(deadline: float) -> None:
-    """Sleep, then spin, until time.perf_counter() >= deadline (sub-millisecond precision)."""
+def wait_until(deadline: float, spin_margin: float = SLEEP_MARGIN_S) -> None:
+    """Sleep, then spin the last `spin_margin` seconds, until time.perf_counter() >= deadline."""
     remaining = deadline - time.perf_counter()
-    if remaining > SLEEP_MARGIN_S:
-        time.sleep(remaining - SLEEP_MARGIN_S)
+    if remaining > spin_margin:
+        time.sleep(remaining - spin_margin)
     while time.perf_counter() < deadline:
         pass
 
@@ -36,15 +36,21 @@ class ReplayedModel:
     """Profiled compute with real parameter and gradient tensors and per-layer hooks."""
 
     def __init__(self, profile: LayerProfile, time_scale: float = 1.0, size_scale: float = 1.0,
-                 gradient_value: float = 1.0):
+                 gradient_value: float = 1.0, spin_margin: float = SLEEP_MARGIN_S):
+        """spin_margin: seconds of busy-wait at the end of each layer's time (sub-ms precision);
+        less spinning leaves more CPU to others (several replayed workers on few cores) at the
+        cost of time.sleep's overshoot."""
         import torch
 
         if time_scale < 0 or size_scale <= 0:
             raise ConfigError(f"time_scale must be >= 0 and size_scale > 0, got {time_scale}, {size_scale}")
+        if spin_margin < 0:
+            raise ConfigError(f"spin_margin must be >= 0 seconds, got {spin_margin}")
         self.profile = profile
         self.time_scale = float(time_scale)
         self.size_scale = float(size_scale)
         self.gradient_value = float(gradient_value)
+        self.spin_margin = float(spin_margin)
         self.layer_names = tuple(layer.name for layer in profile.layers)
         self.parameters: dict = {}
         self.gradients: dict = {}
@@ -86,7 +92,7 @@ class ReplayedModel:
             # Deadlines chain from the previous one, so wake-up overshoots do not add up;
             # time spent in a hook (blocked on a pull) does push the schedule back.
             clock += time.perf_counter() - entered + layer.forward_ns * 1e-9 * self.time_scale
-            wait_until(clock)
+            wait_until(clock, self.spin_margin)
 
     def backward(self) -> None:
         clock = time.perf_counter()
@@ -96,7 +102,7 @@ class ReplayedModel:
             gradient = self.gradients.get(layer.name)
             if gradient is not None:
                 gradient.fill_(self.gradient_value)
-            wait_until(clock)
+            wait_until(clock, self.spin_margin)
             if gradient is not None:
                 entered = time.perf_counter()
                 for hook in self._push_hooks:

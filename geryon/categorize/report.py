@@ -74,13 +74,32 @@ def plot_threshold_run(record: dict, path) -> None:
     ax.set_xlim(-0.03, 1.03)
     ax.set_xlabel(f"threshold t (fraction of the urgency order by {context.get('metric', 'position')})")
     ax.set_ylabel("iteration time (ms)")
-    ax.set_title(f"Threshold search: {context.get('model', 'model')}, {record.get('world_size', 1)} rank(s), "
+    ax.set_title(f"Threshold search: {context.get('model', 'model')}, {describe_ranks(record)}, "
                  f"{len(record['probes'])} probes")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def describe_ranks(record: dict) -> str:
+    """Who ran the iterations: a bench's recorded workers (and servers), else the reducing ranks.
+
+    A bench drives its workers from one process, so its `world_size` (ranks that reduced the
+    times) is 1; the workers it measured are in the context.
+    """
+    context = record.get("context", {})
+    if "workers" not in context:
+        return _counted(record.get("world_size", 1), "rank")
+    ranks = _counted(context["workers"], "worker")
+    if context.get("servers"):
+        ranks += ", " + _counted(context["servers"], "server")
+    return ranks
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' * (count != 1)}"
 
 
 def _classes_at(record: dict, threshold: float):
@@ -102,7 +121,7 @@ def summarize_threshold_run(record: dict, png_name: str | None = None) -> str:
     lines = [f"# Threshold search: {context.get('model', 'model')}", ""]
     if png_name:
         lines += [f"![iteration time vs threshold]({png_name})", ""]
-    lines += [f"- ranks: {record.get('world_size', 1)}; metric: {context.get('metric', 'position')}; "
+    lines += [f"- ranks: {describe_ranks(record)}; metric: {context.get('metric', 'position')}; "
               f"backend: {context.get('backend', 'training')}",
               f"- probes: {len(record['probes'])} (budget {settings['budget']}, first round {settings['first_round']}), "
               f"{settings['iters_per_probe']} iterations each, {settings['warmup']} discarded as warm-up",

@@ -52,6 +52,28 @@ GERYON_TIMELINE, GERYON_STORE_PREFIX (see geryon.launch.environment.JOB_VARIABLE
 GERYON_TRANSPORT_TIMEOUT (inherited, not a flag): seconds without progress before the transport
 declares a peer dead (default 60).
 
+Priority classes (--priority)
+-----------------------------
+  coarse       everything before the first fully-connected layer is class 0 (default).
+  threshold=T  one threshold T in [0, 1] over the urgency order (fraction of the tensors).
+  search       T is searched during the first iterations of the real job, then kept
+               (geryon.launch.search_sync): candidates are tried one after another for a few
+               iterations each (the first of each probe discarded as warm-up); every worker times
+               each iteration (between successive optimizer steps), rank 0 reduces the times (max
+               over ranks) through the store, fits them and decides, and every rank (and in ps mode
+               every server) switches classes at the same iteration boundary, without restarting
+               and without losing or repeating an update. Rank 0 prints the chosen threshold and
+               writes RUN.json for `geryon report threshold RUN.json`. Inherited variables:
+    GERYON_SEARCH_CANDIDATES  comma-separated thresholds (default 0, 0.05, ..., 1)
+    GERYON_SEARCH_ITERS       iterations per probe (default 5)
+    GERYON_SEARCH_WARMUP      iterations discarded at the start of each probe (default 1)
+    GERYON_SEARCH_BUDGET      probes in all (default 10)
+    GERYON_SEARCH_FIRST_ROUND evenly spaced probes before refining (default 6)
+    GERYON_SEARCH_RUN         the RUN.json path (default: FILE's stem + .RUN.json next to
+                              --timeline FILE, else RUN.json in the workers' working directory)
+  With the defaults the search spends 10 probes x 5 iterations = 50 iterations; train longer
+  than that, or the search ends with the job (no RUN.json).
+
 Transport and timeline
 ----------------------
 geryon.api moves the job's gradients and parameters over geryon.transport: in allreduce mode a DDP

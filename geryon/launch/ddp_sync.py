@@ -10,13 +10,20 @@ its urgency the smallest urgency among them. Classes come from the urgency ranki
 sample input: a forward pre-hook on the wrapped module ranks on the first forward call and checks
 that every rank made the same class assignment (geryon.launch.priorities); until then (and if DDP
 ever calls the hook before a forward) buckets are class 0.
+
+With --priority search (geryon.launch.search_sync) the classes change while training: an optimizer
+step post-hook times each iteration and, when the search moves to another threshold, swaps the
+per-parameter lookup before the next backward (DDP has waited for every bucket of the last one
+before the step), so every rank sends the next iteration's buckets under the new classes. The new
+assignment's digest is checked against every rank through the store first.
 """
 
 import atexit
 import logging
 
 from geryon.launch import jobtransport
-from geryon.launch.priorities import decide_priorities
+from geryon.errors import ConfigError
+from geryon.launch.priorities import decide_priorities, search_plan, tensor_priorities
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +44,11 @@ class BucketPriorities:
         return (min(c for c, _ in found), min(u for _, u in found))
 
 
-def attach_geryon_hook(ddp, job, timeline=None, environ=None):
-    """Register geryon's comm hook on `ddp`; returns the AllreduceGroup (closed at exit)."""
+def attach_geryon_hook(ddp, job, timeline=None, environ=None, optimizer=None):
+    """Register geryon's comm hook on `ddp`; returns the AllreduceGroup (closed at exit).
+
+    `optimizer` (needed by --priority search) is hooked to time iterations and switch classes.
+    """
     from geryon.transport import AllreduceGroup
     from geryon.transport.hooks import GeryonHookState, geryon_ddp_hook, peers_from_store
 
@@ -65,15 +75,26 @@ def attach_geryon_hook(ddp, job, timeline=None, environ=None):
     ddp.register_comm_hook(GeryonHookState(group, lambda index: current[index]), hook)
     module = ddp.module
     params = list(module.parameters())
-    ranking = {"done": False, "busy": False}
+    ranking = {"done": False, "busy": False, "search": None}
+    searching = job.priority == "search"
+    if searching and optimizer is None:
+        raise ConfigError("--priority search in allreduce mode needs the optimizer: "
+                          "use geryon.distribute(model, optimizer)")
 
     def first_forward(_module, args, kwargs):
         if ranking["done"] or ranking["busy"]:
             return None
         ranking["busy"] = True
         try:
-            assignment, prios, how = decide_priorities(module, args, kwargs, job.priority, config.classes,
-                                                       store, prefix, job.rank, job.world_size)
+            if searching:
+                search, prios, how = search_plan(module, args, kwargs, config.classes, store, prefix,
+                                                 job.rank, job.world_size,
+                                                 {"mode": "allreduce", "policy": config.policy}, environ)
+                ranking["search"], assignment = search, search.assignment
+            else:
+                assignment, prios, how = decide_priorities(module, args, kwargs, job.priority,
+                                                           config.classes, store, prefix, job.rank,
+                                                           job.world_size)
             priorities.set_tensor_priorities(params, prios)
             log.info("geryon: %s classes by %s: %s bytes per class", assignment.method, how,
                      assignment.bytes_per_class())
@@ -82,5 +103,15 @@ def attach_geryon_hook(ddp, job, timeline=None, environ=None):
             ranking["done"] = True
         return None
 
+    def step_done(_optimizer, _args, _kwargs):
+        search = ranking["search"]
+        if search is None:
+            return
+        switched = search.iteration_done()
+        if switched is not None:
+            priorities.set_tensor_priorities(params, tensor_priorities(module, switched))
+
     module.register_forward_pre_hook(first_forward, with_kwargs=True, prepend=True)
+    if searching:
+        optimizer.register_step_post_hook(step_done)
     return group

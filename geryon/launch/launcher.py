@@ -1,13 +1,12 @@
 """The launcher's entry point: parse, pick the backend, run the job, report how it ended."""
 
 import importlib
-import os
-import signal
 import sys
 
 from geryon.errors import ConfigError, GeryonError
 from geryon.launch.config import LaunchConfig, parse_launch_args
 from geryon.launch.supervise import EXIT_INTERRUPTED, JobResult
+from geryon.signals import sigterm_as_interrupt
 
 BACKEND_MODULES = {
     "local": "geryon.launch.local_run",
@@ -48,9 +47,11 @@ def describe(config: LaunchConfig) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m geryon.launch ...`; returns the exit code (the failed rank's, when one failed)."""
-    global _launcher_pid
-    _launcher_pid = os.getpid()
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # a SIGTERM to the launcher stops the job like Ctrl-C
+    with sigterm_as_interrupt():  # a SIGTERM to the launcher stops the job like Ctrl-C
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         config = parse_launch_args(argv)
     except ConfigError as exc:
@@ -83,13 +84,3 @@ def report(result: JobResult) -> None:
         lines.extend(f"    {line}" for line in result.tail)
     print("\n".join(lines), file=sys.stderr)
 
-
-_launcher_pid = None
-
-
-def _raise_interrupt(signum, frame):
-    # Forked helpers (pyroute2 forks to work inside namespaces) inherit this handler; a SIGTERM that
-    # ends one of them must end it, not make it run the launcher's cleanup as if it were the launcher.
-    if os.getpid() != _launcher_pid:
-        os._exit(128 + signum)
-    raise KeyboardInterrupt

@@ -6,8 +6,9 @@ pass fails (a model the ranking cannot trace), the fallback ranks parameters in 
 order (`definition_order_ranking`), which for a feed-forward network is nearly the same.
 
 The classes come from GERYON_PRIORITY: `coarse` (everything before the first fully-connected layer
-is class 0) or `threshold=T` (one threshold over the urgency order). `search` needs a measured
-iteration model that a running job does not have yet; it falls back to `coarse` with a logged note.
+is class 0), `threshold=T` (one threshold over the urgency order) or `search` (the threshold is
+searched during the first iterations and then kept: geryon.launch.search_sync drives it, starting
+from the search's first candidate; see `search_plan`).
 
 Every rank publishes its assignment's digest in the job's store and compares all of them before
 training starts; a rank that built another model (or another sample shape) stops with an error
@@ -55,12 +56,13 @@ def rank_model(model, args, kwargs) -> tuple[list[RankedParameter], str]:
 
 
 def assignment_for(ranking: list[RankedParameter], scheme: str, max_classes: int) -> Assignment:
-    """Split a ranking into classes by the job's --priority scheme."""
-    if scheme == "search":
-        log.warning("geryon: --priority search needs a profiled iteration model; this job uses "
-                    "coarse classes instead")
-        scheme = "coarse"
-    if scheme == "coarse":
+    """Split a ranking into classes by the job's --priority scheme.
+
+    `search` has no fixed split: a job with a search takes its classes from `search_plan` (the
+    syncs never come here with it); asked anyway, the answer is the coarse split, the classes a
+    job without a search would use.
+    """
+    if scheme in ("coarse", "search"):
         return coarse_split(ranking, max_classes=max_classes)
     key, _sep, value = scheme.partition("=")
     if key == "threshold":
@@ -86,6 +88,20 @@ def agree_on_assignment(store, prefix: str, rank: int, world: int, assignment: A
                           f"workers {differ} (assignment digest {mine[:12]} vs "
                           f"{digests[differ[0]][:12]}): every worker must build the same model and "
                           "feed it inputs of the same shape")
+
+
+def search_plan(model, args, kwargs, max_classes: int, store, prefix: str, rank: int, world: int,
+                context: dict | None = None, environ=None):
+    """--priority search: rank on this call's inputs, start the search (its first assignment agreed).
+
+    Returns (TrainingSearch, (class, urgency) per tensor of model.parameters(), how it was ranked).
+    """
+    from geryon.launch.search_sync import TrainingSearch
+
+    ranking, how = rank_model(model, args, kwargs)
+    context = {"model": type(model).__name__, "ranked_by": how, **(context or {})}
+    search = TrainingSearch(ranking, max_classes, store, prefix, rank, world, context, environ)
+    return search, tensor_priorities(model, search.assignment), how
 
 
 def decide_priorities(model, args, kwargs, scheme: str, max_classes: int, store, prefix: str,

@@ -19,25 +19,54 @@ Setup happens on the model's first forward call (a pre-hook on the model), becau
 ranking needs a sample input: rank parameters (geryon.launch.priorities), check every worker has
 the same class assignment, then worker 0 publishes the servers' starting point in the job's store
 under `<prefix>ps/spec` -- the initial parameter values (torch.save bytes), the (class, urgency) of
-each tensor and the SGD settings -- and every worker reads the servers' addresses
+each tensor and the SGD settings, in chunks the store accepts (geryon.launch.store_blobs) -- and every worker reads the servers' addresses
 (`<prefix>ps/server/<j>`), connects, and pulls version 0, so all workers start from worker 0's
 values whatever their own initialisation was.
+
+With --priority search (geryon.launch.search_sync) each step also times the iteration; when the
+search moves to another threshold, the switch happens right after that step, before the next
+forward: the worker waits for the pull it just asked for (every push of the iteration was
+applied, every parameter holds the new version), worker 0 publishes the new (class, urgency) per
+tensor under `<prefix>ps/switch/<n>` (every worker waits for it, so no server sees its workers
+leave before the switch is announced), every worker leaves the servers, and joins them again at
+`<prefix>ps/switch/<n>/server/<j>` with the new classes and the same iteration count. The servers
+(geryon.launch.server) rebuild their flows and shards from their current values, momentum and
+version, so no update is lost or applied twice.
 """
 
 import atexit
 import io
+import json
 import logging
 import time
 
 from geryon.errors import ConfigError
 from geryon.launch import jobtransport
-from geryon.launch.priorities import decide_priorities
+from geryon.launch.priorities import decide_priorities, search_plan, tensor_priorities
+from geryon.launch.store_blobs import put_blob
 
 log = logging.getLogger(__name__)
 
 SGD_KEYS = ("lr", "momentum", "dampening", "weight_decay", "nesterov")
 SPEC_KEY = "ps/spec"
 SERVER_KEY = "ps/server/{index}"
+SWITCH_KEY = "ps/switch/{switch}"
+SWITCHED_SERVER_KEY = "ps/switch/{switch}/server/{index}"
+
+
+def server_key(index: int, switch: int = 0) -> str:
+    """Store key of server `index`'s address after `switch` class switches (0: the first one)."""
+    if switch == 0:
+        return SERVER_KEY.format(index=index)
+    return SWITCHED_SERVER_KEY.format(switch=switch, index=index)
+
+
+def encode_priorities(priorities) -> bytes:
+    return json.dumps([list(p) for p in priorities]).encode()
+
+
+def decode_priorities(data: bytes) -> list[tuple[int, int]]:
+    return [tuple(p) for p in json.loads(data)]
 
 
 def sgd_settings(optimizer, params) -> dict:
@@ -111,6 +140,9 @@ class ParameterServerSync:
         self.grad_buffers = None
         self.pushed: set[int] = set()  # tensors pushed in this iteration
         self._setting_up = False
+        self.search = None
+        self.config = None
+        self.store = None
         self.prefix = jobtransport.store_prefix(environ)
 
     def attach(self) -> PSOptimizer:
@@ -138,25 +170,55 @@ class ParameterServerSync:
         return None
 
     def _set_up(self, args, kwargs) -> None:
-        from geryon.transport import PSWorker
-
         tracer = self.timeline.transfer if self.timeline else None
-        config = jobtransport.transport_config(self.env, tracer=tracer)
-        store = jobtransport.open_store(self.env)
+        config = self.config = jobtransport.transport_config(self.env, tracer=tracer)
+        store = self.store = jobtransport.open_store(self.env)
         job = self.job
-        assignment, priorities, how = decide_priorities(
-            self.model, args, kwargs, job.priority, config.classes, store, self.prefix, job.rank,
-            job.world_size)
+        if job.priority == "search":
+            self.search, priorities, how = search_plan(
+                self.model, args, kwargs, config.classes, store, self.prefix, job.rank, job.world_size,
+                {"mode": "ps", "policy": config.policy, "servers": job.servers}, self.env)
+            assignment = self.search.assignment
+        else:
+            assignment, priorities, how = decide_priorities(
+                self.model, args, kwargs, job.priority, config.classes, store, self.prefix, job.rank,
+                job.world_size)
         if job.is_main:
-            store.set(self.prefix + SPEC_KEY, encode_spec(self.params, priorities, self.sgd))
+            put_blob(store, self.prefix + SPEC_KEY, encode_spec(self.params, priorities, self.sgd))
             log.info("geryon: %s classes by %s: %s bytes per class", assignment.method, how,
                      assignment.bytes_per_class())
-        servers = []
-        for index in range(job.servers):
-            host, port = store.get(self.prefix + SERVER_KEY.format(index=index)).decode().rsplit(":", 1)
-            servers.append((host, int(port)))
-        self.worker = PSWorker(job.rank, job.world_size, servers, self.params, config, priorities)
+        self.worker = self._join_servers(priorities, switch=0)
         self.worker.pull(0)  # everyone starts from the servers' (worker 0's) values
+
+    def _join_servers(self, priorities, switch: int):
+        from geryon.transport import PSWorker
+
+        servers = []
+        for index in range(self.job.servers):
+            address = self.store.get(self.prefix + server_key(index, switch)).decode()
+            host, port = address.rsplit(":", 1)
+            servers.append((host, int(port)))
+        return PSWorker(self.job.rank, self.job.world_size, servers, self.params, self.config, priorities)
+
+    def _switch_classes(self, assignment, switch: int) -> None:
+        """Drain, leave the servers, join them again with `assignment`'s classes (same iteration)."""
+        started = time.time()
+        priorities = tensor_priorities(self.model, assignment)
+        key = self.prefix + SWITCH_KEY.format(switch=switch)
+        self.worker.wait_all()  # this iteration's pushes are applied and its parameters are here
+        if self.job.is_main:
+            self.store.set(key, encode_priorities(priorities))
+        if decode_priorities(self.store.get(key)) != [tuple(p) for p in priorities]:
+            raise ConfigError(f"worker {self.job.rank} computed other classes than worker 0 for "
+                              f"search switch {switch}")
+        iteration = self.worker.iteration
+        old, self.worker = self.worker, None
+        old.close()
+        worker = self._join_servers(priorities, switch)
+        worker.iteration = worker.pull_iteration = iteration
+        self.worker = worker
+        if self.timeline is not None:
+            self.timeline.span(f"search switch {switch}", "search", started, time.time())
 
     # -- training -----------------------------------------------------------------------------
     def _waiter(self, name: str, tensors: list[int]):
@@ -214,6 +276,10 @@ class ParameterServerSync:
         self.pushed.clear()
         self.worker.iteration += 1
         self.worker.pull(self.worker.iteration)
+        if self.search is not None:
+            switched = self.search.iteration_done()
+            if switched is not None:
+                self._switch_classes(switched, self.search.switch_count)
 
     def wait_all(self) -> None:
         if self.worker is not None:

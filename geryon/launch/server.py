@@ -14,8 +14,15 @@ A server runs geryon.transport's `ParameterServer`:
      lost: then it names the worker), and holds the role until the launcher's SIGTERM (exit 0, or 1
      when a worker was lost). The transport's closed connection or timeout
      (GERYON_TRANSPORT_TIMEOUT) marks a lost worker, so a dead worker never hangs a server.
+  4. --priority search: when every worker has left and worker 0 announced class switch n under
+     `ps/switch/<n>` (see geryon.launch.ps_sync), the workers are not gone but switching: the
+     server takes its shards' values, SGD momentum and version, builds a new ParameterServer with
+     the new classes from them (shards can move between servers when the plan changes: with
+     several servers each publishes its state under `ps/switch/<n>/state/<j>` and reads the
+     others'), publishes its new address under `ps/switch/<n>/server/<j>` and serves again.
 """
 
+import io
 import logging
 import os
 import signal
@@ -24,7 +31,10 @@ import threading
 
 from geryon.errors import GeryonError
 from geryon.launch import jobtransport
-from geryon.launch.ps_sync import SERVER_KEY, SPEC_KEY, decode_spec
+from geryon.launch.ps_sync import SPEC_KEY, SWITCH_KEY, decode_priorities, decode_spec, server_key
+from geryon.launch.store_blobs import get_blob, put_blob
+
+SWITCH_STATE_KEY = "ps/switch/{switch}/state/{index}"
 
 POLL_S = 0.2
 EXIT_WORKER_LOST = 1
@@ -49,18 +59,32 @@ def serve(environ=os.environ) -> int:
     timeline = rank_timeline(environ)
     config = jobtransport.transport_config(environ, tracer=timeline.transfer if timeline else None)
     host = jobtransport.listen_host(environ)
-    with ParameterServer(index, count, workers, spec["values"], config, (host, 0), spec["priorities"],
-                         **spec["sgd"]) as server:
-        store.set(prefix + SERVER_KEY.format(index=index), f"{host}:{server.port}")
-        sizes = sum(v.numel() * v.element_size() for v in spec["values"])
-        print(f"{name}: serving {len(server.values())} shards of {sizes / 1e6:.1f} MB of parameters to "
-              f"{workers} workers on {host}:{server.port} (policy {config.policy})", flush=True)
-        while not stopped.is_set():
-            server.serve_until_workers_leave(timeout=POLL_S)
-            pool = server.pool
-            if len(pool.left | set(pool.failures)) >= workers:
+    values, priorities, switch = spec["values"], spec["priorities"], 0
+    restore = None
+    while True:
+        with ParameterServer(index, count, workers, values, config, (host, 0), priorities,
+                             **spec["sgd"]) as server:
+            if restore is not None:
+                restore_state(server, *restore)
+            store.set(prefix + server_key(index, switch), f"{host}:{server.port}")
+            if switch == 0:
+                sizes = sum(v.numel() * v.element_size() for v in values)
+                print(f"{name}: serving {len(server.values())} shards of {sizes / 1e6:.1f} MB of parameters "
+                      f"to {workers} workers on {host}:{server.port} (policy {config.policy})", flush=True)
+            while not stopped.is_set():
+                server.serve_until_workers_leave(timeout=POLL_S)
+                pool = server.pool
+                if len(pool.left | set(pool.failures)) >= workers:
+                    break
+            lost = {} if stopped.is_set() else dict(server.pool.failures)
+            next_switch = prefix + SWITCH_KEY.format(switch=switch + 1)
+            if stopped.is_set() or lost or not store.check([next_switch]):
                 break
-        lost = {} if stopped.is_set() else dict(server.pool.failures)
+            switch += 1
+            priorities = decode_priorities(store.get(next_switch))
+            values, restore = switched_state(server, store, prefix, switch, count, values)
+        print(f"{name}: switched to the classes of search switch {switch} at version {restore[1]}",
+              flush=True)
     for worker, failure in sorted(lost.items()):
         print(f"{name}: lost worker {worker}: {failure}", file=sys.stderr, flush=True)
     if not stopped.is_set() and not lost:
@@ -69,11 +93,59 @@ def serve(environ=os.environ) -> int:
     return EXIT_WORKER_LOST if lost else 0
 
 
+def switched_state(server, store, prefix: str, switch: int, count: int, values):
+    """(values, (momenta, version)) of the whole model after switch `switch`, from every server.
+
+    Only the shards a server holds are its own; with several servers each publishes them and
+    assembles the others', so a shard that moves to another server keeps its value and momentum.
+    """
+    import torch
+
+    mine = {key: (state.param.clone(), state.momentum_buffer[0], state.version)
+            for key, state in server.shards.items()}
+    put_blob(store, prefix + SWITCH_STATE_KEY.format(switch=switch, index=server.index), _save(mine))
+    merged = {}
+    for other in range(count):
+        merged.update(mine if other == server.index else
+                      torch.load(io.BytesIO(get_blob(store, prefix + SWITCH_STATE_KEY.format(
+                          switch=switch, index=other))), weights_only=True))
+    new_values = [v.detach().clone() for v in values]
+    momenta = [None] * len(values)
+    versions = set()
+    for (tensor, offset), (param, momentum, version) in merged.items():
+        new_values[tensor].view(-1)[offset:offset + param.numel()] = param
+        versions.add(version)
+        if momentum is not None:
+            if momenta[tensor] is None:
+                momenta[tensor] = torch.zeros_like(new_values[tensor]).view(-1)
+            momenta[tensor][offset:offset + param.numel()] = momentum
+    if len(versions) != 1:
+        raise GeryonError(f"server {server.index}: shards at versions {sorted(versions)} when switching "
+                          "classes; the workers must drain before a switch")
+    return new_values, (momenta, versions.pop())
+
+
+def restore_state(server, momenta, version: int) -> None:
+    """Give a rebuilt server's shards the momentum and version they had before the switch."""
+    for (tensor, offset), state in server.shards.items():
+        state.version = version
+        if momenta[tensor] is not None:
+            state.momentum_buffer[0] = momenta[tensor][offset:offset + state.shard.length].clone()
+
+
+def _save(data) -> bytes:
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(data, buffer)
+    return buffer.getvalue()
+
+
 def _wait_for_spec(store, key: str, stopped: threading.Event):
     """The decoded spec once worker 0 published it; None if stopped first."""
     while not stopped.is_set():
         if store.check([key]):
-            return decode_spec(store.get(key))
+            return decode_spec(get_blob(store, key))
         stopped.wait(POLL_S)
     return None
 

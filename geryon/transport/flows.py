@@ -242,13 +242,16 @@ class FlowPool:
         self.closed = False
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
         self.listener = None
+        self._accept_thread: threading.Thread | None = None
         if listen is not None:
             family = socket.AF_INET6 if ":" in listen[0] else socket.AF_INET
             self.listener = socket.socket(family, socket.SOCK_STREAM)
             self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self.listener.bind(listen)
             self.listener.listen(128)
-            threading.Thread(target=self._accept_loop, name=f"gy-accept-{my_id}", daemon=True).start()
+            self._accept_thread = threading.Thread(target=self._accept_loop, name=f"gy-accept-{my_id}",
+                                                   daemon=True)
+            self._accept_thread.start()
 
     @property
     def flow_count(self) -> int:
@@ -300,6 +303,9 @@ class FlowPool:
             try:
                 sock, address = self.listener.accept()
             except OSError:
+                return
+            if self.closed:
+                sock.close()
                 return
             if not self._pending.acquire(blocking=False):
                 log.warning("too many connections in handshake; dropping %s:%s", *address[:2])
@@ -402,21 +408,35 @@ class FlowPool:
     def abort(self, reason: str, skip_peer: int | None = None) -> list[threading.Event]:
         """Tell every connected peer (but `skip_peer`) that the job fails, ahead of queued data.
 
-        Returns events set once each ABORT frame is in the kernel.
+        Returns events set once each ABORT frame is in the kernel. Every flow to a peer carries
+        one: the peer reads each flow on its own thread, and an ABORT on one flow only would race
+        the end of another (closed right after), whose "connection closed" hides the reason.
         """
         payload = reason.encode()[:MAX_CONTROL_PAYLOAD]
         frame = encode_control(Kind.ABORT, payload, job_id=self.config.job_id)
         with self.cond:
-            flows = [f for (peer, index), f in self.flows.items()
-                     if index == 0 and peer != skip_peer and not f.closing]
+            flows = [f for (peer, _index), f in self.flows.items()
+                     if peer != skip_peer and not f.closing]
         sent = []
         for flow in flows:
             event = threading.Event()
             flow.send((float("-inf"),), frame, on_sent=event.set)
             sent.append(event)
             self._aborts.append((flow, event))
-        log.warning("aborting: told %d peer(s): %s", len(sent), reason)
+        log.warning("aborting: told %d peer(s): %s", len({f.peer_id for f in flows}), reason)
         return sent
+
+    def _close_listener(self) -> None:
+        """Stop accepting: wake the accept thread (close alone leaves it blocked in accept) and join it."""
+        if self.listener is None:
+            return
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass                                  # already shut down, or never connected
+        self.listener.close()
+        if self._accept_thread is not None and self._accept_thread is not threading.current_thread():
+            self._accept_thread.join(timeout=5.0)
 
     def close(self, say_goodbye: bool = True) -> None:
         """Close every flow (after a BYE and the queued frames, when say_goodbye) and the listener.
@@ -435,8 +455,7 @@ class FlowPool:
             for flow, event in self._aborts:
                 while not (event.is_set() or flow.closing) and time.monotonic() < deadline:
                     event.wait(0.02)
-        if self.listener is not None:
-            self.listener.close()
+        self._close_listener()
         if say_goodbye:
             sent = []
             for flow in flows:

@@ -274,20 +274,16 @@ class PSWorker:
         grads = [g.detach() for g in grads]
         if len(grads) != len(self.params):
             raise ConfigError(f"{len(grads)} gradients for {len(self.params)} parameters")
-        for spec, grad in zip(self.specs, grads):
-            if grad.numel() != spec.numel or grad.dtype != spec.dtype:
-                raise ConfigError(f"gradient {spec.tensor_id} is {grad.numel()} x {grad.dtype}, "
-                                  f"expected {spec.numel} x {spec.dtype}")
-            grad = grad.contiguous()
-            for shard in self.shards_of[spec.tensor_id]:
-                header = encode_header(Kind.PUSH, job_id=self.config.job_id,
-                                       iteration=self.iteration, tensor_id=shard.tensor_id,
-                                       offset=shard.offset, length=shard.length,
-                                       dtype=dtype_code(spec.dtype), priority=shard.priority)
-                key = self.policy.send_key(self.iteration, shard.priority, shard.urgency,
-                                           next_sequence())
-                flow = self.pool.flow(shard.server, self.policy.flow_of(shard.priority))
-                flow.send(key, header, slice_view(grad, shard.offset, shard.length))
+        for tensor, grad in enumerate(grads):   # all checked before any is queued
+            self._check_gradient(tensor, grad)
+        for tensor, grad in enumerate(grads):
+            self.push_tensor(tensor, grad)
+
+    def _check_gradient(self, tensor: int, grad) -> None:
+        spec = self.specs[tensor]
+        if grad.numel() != spec.numel or grad.dtype != spec.dtype:
+            raise ConfigError(f"gradient {tensor} is {grad.numel()} x {grad.dtype}, "
+                              f"expected {spec.numel} x {spec.dtype}")
 
     def push_tensor(self, tensor: int, grad) -> None:
         """Queue the gradient shards of one tensor for iteration `self.iteration` (returns at once).
@@ -298,9 +294,7 @@ class PSWorker:
         """
         spec = self.specs[tensor]
         grad = grad.detach()
-        if grad.numel() != spec.numel or grad.dtype != spec.dtype:
-            raise ConfigError(f"gradient {tensor} is {grad.numel()} x {grad.dtype}, "
-                              f"expected {spec.numel} x {spec.dtype}")
+        self._check_gradient(tensor, grad)
         grad = grad.contiguous()
         for shard in self.shards_of[tensor]:
             header = encode_header(Kind.PUSH, job_id=self.config.job_id, iteration=self.iteration,

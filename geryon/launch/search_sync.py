@@ -1,0 +1,191 @@
+"""`--priority search` inside a running job: time every iteration, search the threshold, switch classes.
+
+Every worker builds one `TrainingSearch` on the model's first forward call (from the urgency
+ranking) and calls `iteration_done()` after each optimizer step. An iteration's time is the wall
+time between the ends of two successive steps (the first one runs from the setup to the first step).
+The times feed geryon.categorize's `ThresholdSearch`, whose collective at the end of every probe
+goes through the job's TCPStore (`StoreReducer`): every rank posts its times, rank 0 reduces,
+fits and decides, every rank reads the same decision. So every rank learns the next threshold
+after the same iteration; `iteration_done()` then returns the new class assignment (checked by
+digest against every other rank through the store) and the caller applies it before the next
+iteration starts: allreduce mode swaps the bucket priorities (geryon.launch.ddp_sync), ps mode
+drains, leaves the servers and joins them again with the new classes (geryon.launch.ps_sync and
+geryon.launch.server). Once the search is done its chosen threshold stays for the rest of training;
+rank 0 writes the RUN.json (geryon.categorize.runrecord; `geryon report threshold RUN.json`).
+
+Settings (rank 0's environment, handed to every rank through the store; defaults are
+SearchSettings', measured in geryon.categorize.search):
+  GERYON_SEARCH_CANDIDATES   comma-separated thresholds in [0, 1] (default 0, 0.05, ..., 1)
+  GERYON_SEARCH_ITERS        iterations per probe (default 5)
+  GERYON_SEARCH_WARMUP       of those, discarded at the start of each probe (default 1)
+  GERYON_SEARCH_BUDGET       probes in all (default 10)
+  GERYON_SEARCH_FIRST_ROUND  evenly spaced probes before refining (default 6)
+  GERYON_SEARCH_RUN          where rank 0 writes RUN.json (default: next to --timeline FILE as
+                             FILE's stem + `.RUN.json`, else `RUN.json` in the working directory)
+"""
+
+import atexit
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from geryon.categorize.classes import Assignment, threshold_split
+from geryon.categorize.runrecord import write_run
+from geryon.categorize.search import SearchSettings, ThresholdSearch
+from geryon.errors import ConfigError
+from geryon.launch.priorities import agree_on_assignment
+
+log = logging.getLogger(__name__)
+
+SETTING_VARIABLES = {
+    "GERYON_SEARCH_CANDIDATES": "candidates",
+    "GERYON_SEARCH_ITERS": "iters_per_probe",
+    "GERYON_SEARCH_WARMUP": "warmup",
+    "GERYON_SEARCH_BUDGET": "budget",
+    "GERYON_SEARCH_FIRST_ROUND": "first_round",
+}
+RUN_VARIABLE = "GERYON_SEARCH_RUN"
+SEARCH_KEY = "search/"
+
+
+def search_settings(environ=None) -> SearchSettings:
+    """SearchSettings from the GERYON_SEARCH_* variables (unset ones keep their defaults)."""
+    env = os.environ if environ is None else environ
+    values = {}
+    for variable, name in SETTING_VARIABLES.items():
+        text = (env.get(variable) or "").strip()
+        if not text:
+            continue
+        try:
+            if name == "candidates":
+                values[name] = tuple(float(item) for item in text.split(",") if item.strip())
+            else:
+                values[name] = int(text)
+        except ValueError:
+            kind = "comma-separated numbers" if name == "candidates" else "a whole number"
+            raise ConfigError(f"{variable}={text!r}: expected {kind}") from None
+    try:
+        return SearchSettings(**values)
+    except ConfigError as exc:
+        raise ConfigError(f"GERYON_SEARCH_* settings: {exc}") from None
+
+
+def run_record_path(environ=None) -> Path:
+    """Where rank 0 writes the search's RUN.json (see the module docstring)."""
+    env = os.environ if environ is None else environ
+    if env.get(RUN_VARIABLE):
+        return Path(env[RUN_VARIABLE])
+    if env.get("GERYON_TIMELINE"):
+        timeline = Path(env["GERYON_TIMELINE"])
+        return timeline.with_name(timeline.stem + ".RUN.json")
+    return Path.cwd() / "RUN.json"
+
+
+class StoreReducer:
+    """The search's collective over the job's TCPStore: rank 0 decides on everyone's times."""
+
+    def __init__(self, store, prefix: str, rank: int, world_size: int):
+        self.store, self.prefix = store, prefix
+        self.rank, self.world_size = rank, world_size
+        self._round = 0
+
+    def decide(self, local_times: list[float], decide_fn) -> dict:
+        base = f"{self.prefix}round/{self._round}/"
+        self._round += 1
+        self.store.set(f"{base}times/{self.rank}", json.dumps([float(t) for t in local_times]))
+        if self.rank == 0:
+            everyone = [json.loads(self.store.get(f"{base}times/{r}")) for r in range(self.world_size)]
+            self.store.set(base + "decision", json.dumps(decide_fn(everyone), default=float))
+        return json.loads(self.store.get(base + "decision"))
+
+
+class TrainingSearch:
+    """One worker's view of the search: the current assignment, and when to switch it."""
+
+    def __init__(self, ranking, max_classes: int, store, prefix: str, rank: int, world_size: int,
+                 context: dict | None = None, environ=None):
+        self.ranking, self.max_classes = list(ranking), max_classes
+        self.store, self.prefix = store, prefix + SEARCH_KEY
+        self.rank, self.world_size = rank, world_size
+        self.env = environ
+        tensors = [{"name": p.name, "layer": p.layer, "type": p.module_type, "bytes": p.bytes}
+                   for p in self.ranking]
+        self.search = ThresholdSearch(self._agreed_settings(),
+                                      StoreReducer(store, self.prefix, rank, world_size),
+                                      {"metric": "position", "classes": 2, "tensors": tensors,
+                                       **(context or {})})
+        self.iteration = 0          # the iteration now running (0-based optimizer steps)
+        self.switches: list[dict] = []
+        self.threshold = self.search.threshold_for(0)
+        self.assignment = self._agree(self.threshold, 0)
+        self.run_path: Path | None = None
+        self._started = time.monotonic()
+        atexit.register(self._note_if_unfinished)
+
+    def _note_if_unfinished(self) -> None:
+        if self.rank == 0 and self.iteration and not self.search.done:
+            settings = self.search.settings
+            print(f"geryon: the threshold search did not finish: training ended after {self.iteration} "
+                  f"iterations, the search needs up to {settings.budget * settings.iters_per_probe} "
+                  "(GERYON_SEARCH_BUDGET x GERYON_SEARCH_ITERS); no RUN.json written",
+                  file=sys.stderr, flush=True)
+
+    def _agreed_settings(self) -> SearchSettings:
+        """Rank 0's settings on every rank (an SSH host may not see the launcher's GERYON_SEARCH_*)."""
+        key = self.prefix + "settings"
+        if self.rank == 0:
+            self.store.set(key, json.dumps(search_settings(self.env).to_data()))
+        data = json.loads(self.store.get(key))
+        data["candidates"] = tuple(data["candidates"])
+        return SearchSettings(**data)
+
+    @property
+    def switch_count(self) -> int:
+        return len(self.switches)
+
+    def iteration_done(self) -> Assignment | None:
+        """Record the iteration that just ended; the new assignment if the next one trains with another."""
+        ended = time.monotonic()
+        finished = self.iteration
+        self.search.record(finished, ended - self._started)
+        self.iteration += 1
+        threshold = self.search.threshold_for(self.iteration)
+        changed = None
+        if threshold != self.threshold:
+            self.threshold = threshold
+            self.assignment = self._agree(threshold, len(self.switches) + 1)
+            self.switches.append({"iteration": self.iteration, "threshold": threshold,
+                                  "digest": self.assignment.digest()})
+            print(f"geryon: search switch {len(self.switches)} before iteration {self.iteration}: "
+                  f"threshold {threshold:.4g}, {self.assignment.bytes_per_class()} bytes per class "
+                  f"(digest {self.assignment.digest()[:12]})", file=sys.stderr, flush=True)
+            changed = self.assignment
+        if self.search.done and self.run_path is None:
+            self._finish()
+        self._started = time.monotonic()  # the switch itself counts toward the next (warm-up) iteration
+        return changed
+
+    def _agree(self, threshold: float, switch: int) -> Assignment:
+        assignment = threshold_split(self.ranking, [threshold], max_classes=self.max_classes)
+        agree_on_assignment(self.store, f"{self.prefix}switch/{switch}/", self.rank, self.world_size,
+                            assignment)
+        return assignment
+
+    def _finish(self) -> None:
+        self.run_path = run_record_path(self.env)
+        chosen = self.search.chosen
+        if self.rank != 0:
+            return
+        record = self.search.to_record(extra={"switches": self.switches,
+                                              "chosen_from_iteration": self.iteration})
+        try:
+            write_run(self.run_path, record)
+            where = f"; RUN.json: {self.run_path} (geryon report threshold {self.run_path})"
+        except OSError as exc:
+            where = f"; could not write {self.run_path}: {exc}"
+        print(f"geryon: threshold search done after {self.iteration} iterations: chosen threshold "
+              f"{chosen:.4g} (fitted {record['chosen_fitted_s'] or 0:.4f} s per iteration), kept for "
+              f"the rest of training{where}", file=sys.stderr, flush=True)

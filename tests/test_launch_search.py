@@ -1,0 +1,94 @@
+"""--priority search in a running job: every rank switches at the same iterations, no update lost."""
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from geryon.errors import ConfigError
+from geryon.launch.search_sync import run_record_path, search_settings
+from launch_support import EXAMPLE, EXAMPLE_ARGS, PYTHON, REPO, clean_env, json_records, loss_curve, \
+    rank_lines, run_launcher, run_single_process
+
+SWITCH = re.compile(r"geryon: search switch (\d+) before iteration (\d+): threshold (\S+),.*digest (\w+)")
+CANDIDATES = [0.0, 0.5, 1.0]
+
+
+@pytest.fixture(scope="module")
+def single_curve():
+    return loss_curve(run_single_process(*EXAMPLE_ARGS))
+
+
+def switches_of(output: str, rank: str) -> list[tuple]:
+    return [SWITCH.search(line).groups() for line in rank_lines(output, rank) if SWITCH.search(line)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode_args", [["--mode", "allreduce"], ["--mode", "ps", "--servers", "1"],
+                                       ["--mode", "ps", "--servers", "2"]],
+                         ids=["allreduce", "ps", "ps-2-servers"])
+def test_search_switches_everywhere_and_keeps_the_curve(single_curve, mode_args, tmp_path):
+    run = tmp_path / "RUN.json"
+    env = clean_env(GERYON_SEARCH_CANDIDATES=",".join(map(str, CANDIDATES)), GERYON_SEARCH_ITERS="2",
+                    GERYON_SEARCH_RUN=str(run), GERYON_TRANSPORT_TIMEOUT="20")
+    result = run_launcher("--local", "--workers", "2", "--priority", "search", *mode_args, EXAMPLE,
+                          *EXAMPLE_ARGS, env=env)
+    output = result.stdout + "\n" + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert loss_curve(json_records(rank_lines(result.stdout, "worker0"))) == pytest.approx(
+        single_curve, rel=1e-4, abs=1e-5)
+
+    record = json.loads(run.read_text())
+    probed = [probe["threshold"] for probe in record["probes"]]
+    assert probed == CANDIDATES and record["chosen"] is not None
+    expected = [(str(s["iteration"]), s["digest"][:12]) for s in record["extra"]["switches"]]
+    assert len(expected) >= 2  # 0 -> 0.5 -> 1 at least, then maybe to the chosen threshold
+    for rank in ("worker0", "worker1"):
+        assert [(it, digest) for _n, it, _t, digest in switches_of(output, rank)] == expected
+    if mode_args[1] == "ps":
+        for server in range(int(mode_args[3])):
+            switched = [line for line in rank_lines(output, f"server{server}") if "switched" in line]
+            assert len(switched) == len(expected)
+
+    report = subprocess.run([PYTHON, "-m", "geryon", "report", "threshold", str(run)],
+                                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert (tmp_path / "threshold.png").stat().st_size > 0  # RUN.json's report: threshold.png + .md
+    assert "chosen" in (tmp_path / "threshold.md").read_text().lower()
+
+
+def test_settings_come_from_the_environment():
+    settings = search_settings({"GERYON_SEARCH_CANDIDATES": "0, 0.25,1", "GERYON_SEARCH_ITERS": "3",
+                                "GERYON_SEARCH_WARMUP": "0", "GERYON_SEARCH_BUDGET": "4"})
+    assert settings.candidates == (0.0, 0.25, 1.0) and settings.iters_per_probe == 3
+    assert settings.warmup == 0 and settings.budget == 4
+    assert search_settings({}).iters_per_probe == 5  # the measured defaults otherwise
+
+
+@pytest.mark.parametrize("env", [{"GERYON_SEARCH_CANDIDATES": "0,x"}, {"GERYON_SEARCH_CANDIDATES": "0.5,1.5"},
+                                 {"GERYON_SEARCH_ITERS": "two"}, {"GERYON_SEARCH_ITERS": "1"}])
+def test_bad_settings_are_clear_errors(env):
+    with pytest.raises(ConfigError, match="GERYON_SEARCH"):
+        search_settings(env)
+
+
+def test_run_record_goes_next_to_the_timeline(tmp_path):
+    assert run_record_path({"GERYON_SEARCH_RUN": "/x/r.json"}).as_posix() == "/x/r.json"
+    assert run_record_path({"GERYON_TIMELINE": str(tmp_path / "trace.json")}) == tmp_path / "trace.RUN.json"
+
+
+def test_blobs_larger_than_a_store_message_round_trip():
+    from datetime import timedelta
+
+    import torch
+
+    from geryon.launch.store_blobs import CHUNK_BYTES, get_blob, put_blob
+
+    store = torch.distributed.HashStore()
+    store.set_timeout(timedelta(seconds=2))
+    data = bytes(range(256)) * (2 * CHUNK_BYTES // 256 + 7)
+    put_blob(store, "k", data)
+    put_blob(store, "empty", b"")
+    assert get_blob(store, "k") == data and get_blob(store, "empty") == b""
+    assert store.get("k") == b"3"  # the count comes last: seeing the key means every chunk is there
