@@ -28,7 +28,7 @@ def test_speedup_and_table():
                           summarise("geryon", _records([1, 2, 3, 4]), 1.0)])
     assert [r.speedup for r in runs] == [1.0, 3.0]
     table = format_table(runs)
-    assert table.splitlines()[0].split() == ["policy", "iteration", "images/s", "speedup", "final", "loss"]
+    assert table.splitlines()[0].split() == ["policy", "iteration", "images/s", "speedup", "final", "loss", "accuracy"]
     assert "3.00x" in table.splitlines()[-1]
 
 
