@@ -28,6 +28,7 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.nodelib import LinuxBridge
 
+from geryon.emulate.check import traffic_result
 from geryon.emulate.traffic import traffic_argv
 from geryon.netconf import default_classes, install_priority_queues, read_class_counters, remove_queues
 
@@ -72,18 +73,6 @@ def _popen(host, *argv: str) -> subprocess.Popen:
     return host.popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _result(process: subprocess.Popen, timeout: float) -> dict:
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        raise RuntimeError(f"traffic ran past {timeout} s: {process.args}") from None
-    if process.returncode != 0:
-        raise RuntimeError(f"traffic failed ({process.returncode}): {err.strip()}")
-    return json.loads(out.strip().splitlines()[-1])
-
-
 def _counters(dev: str) -> list[dict]:
     return [c.as_dict() for c in read_class_counters(dev)]
 
@@ -107,19 +96,19 @@ def run_contention(bw_mbit: float = 100, priority: bool = True, congestion: str 
                                                   "--congestion", congestion, *options))
 
             burst_args = ("--bytes", str(burst_bytes), "--repeat", str(burst_repeat))
-            alone = _result(sender(h1, "burst", high, *burst_args), 60)
+            alone = traffic_result(sender(h1, "burst", high, *burst_args), 60)
 
             start = repr(time.time() + START_MARGIN_S)
             timing = ("--duration", str(duration), "--warmup", str(warmup), "--start-at", start)
             flows = [sender(h1, "bulk", high, *timing), sender(h2, "bulk", low, *timing)]
-            high_flow, low_flow = (_result(f, duration + 30) for f in flows)
+            high_flow, low_flow = (traffic_result(f, duration + 30) for f in flows)
             counters = _counters(bottleneck)
             time.sleep(0.5)  # let the port's queues drain
 
             start = time.time() + START_MARGIN_S
             background = sender(h2, "bulk", low, "--duration", "600", "--start-at", repr(start))
             try:
-                contended = _result(sender(h1, "burst", high, *burst_args, "--start-at", repr(start + 1.0)), 60)
+                contended = traffic_result(sender(h1, "burst", high, *burst_args, "--start-at", repr(start + 1.0)), 60)
             finally:
                 background.kill()
                 background.communicate()

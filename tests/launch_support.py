@@ -66,20 +66,49 @@ def marker() -> str:
     return "gymark" + uuid.uuid4().hex[:8]
 
 
-def pids_with(word: str) -> list[int]:
-    """PIDs of live processes whose command line contains `word`."""
+def live_pids(matches) -> list[int]:
+    """PIDs of live processes other than this one (zombies left out) whose /proc folder `matches`."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes()
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state != "Z" and matches(entry):
+                found.append(int(entry.name))
         except OSError:
             continue
-        if word.encode() in cmdline and state != "Z":
-            found.append(int(entry.name))
     return found
+
+
+def _environ(proc: Path) -> list[bytes]:
+    return (proc / "environ").read_bytes().split(b"\0")
+
+
+def _parent(proc: Path) -> int:
+    return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def pids_with(word: str) -> list[int]:
+    """PIDs of live processes whose command line contains `word`."""
+    return live_pids(lambda proc: word.encode() in (proc / "cmdline").read_bytes())
+
+
+def pids_of_job(job: str) -> list[int]:
+    """PIDs of live processes whose environment has GERYON_JOB_ID=job (workers and servers)."""
+    return live_pids(lambda proc: f"GERYON_JOB_ID={job}".encode() in _environ(proc))
+
+
+def rank_pid(launcher_pid: int, rank_name: str, timeout: float = 60.0) -> int:
+    """The PID of the launcher's child running `rank_name` (worker1, server0, ...)."""
+    needle = f"GERYON_RANK_NAME={rank_name}".encode()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = live_pids(lambda proc: _parent(proc) == launcher_pid and needle in _environ(proc))
+        if found:
+            return found[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no process for {rank_name} under launcher {launcher_pid}")
 
 
 def assert_no_processes(word: str, within: float = 5.0) -> None:

@@ -66,7 +66,6 @@ def test_classes_follow_the_forward_pass_and_fall_back_to_definition_order():
     assert tensor_priorities(model, assignment) == [(1, 2), (1, 3), (0, 0), (0, 1)]
     threshold = assignment_for(definition_order_ranking(model), "threshold=0.75", 2)
     assert threshold.class_of == (0, 0, 0, 1)
-    assert assignment_for(definition_order_ranking(model), "search", 2).method == "coarse"
 
 
 def test_ranks_with_different_assignments_fail_clearly():

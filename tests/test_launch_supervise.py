@@ -3,11 +3,10 @@
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
-from launch_support import assert_no_processes, marker, run_launcher, start_launcher
+from launch_support import assert_no_processes, clean_env, marker, rank_pid, run_launcher, start_launcher
 
 # Every rank records its PID, starts a grandchild (to check whole process groups are stopped), says
 # it is ready, then behaves as told by FAIL_RANK / FAIL_CODE / IGNORE_TERM.
@@ -36,11 +35,6 @@ def rank_script(tmp_path):
     return path
 
 
-def _env(**extra):
-    from launch_support import clean_env
-    return clean_env(**extra)
-
-
 def _wait_for(paths, timeout=60.0):
     deadline = time.monotonic() + timeout
     while not all(p.exists() and p.read_text() for p in paths):
@@ -62,7 +56,7 @@ def test_output_is_prefixed_and_success_is_zero(tmp_path):
 def test_failing_rank_stops_the_others(rank_script, tmp_path):
     word = marker()
     result = run_launcher("--local", "--workers", "3", rank_script, tmp_path, word,
-                          env=_env(FAIL_RANK="worker1", FAIL_CODE="3"))
+                          env=clean_env(FAIL_RANK="worker1", FAIL_CODE="3"))
     assert result.returncode == 3
     assert "error: worker1 failed with exit code 3" in result.stderr
     assert "last lines of worker1:\n    worker1: giving up on purpose" in result.stderr
@@ -73,7 +67,7 @@ def test_rank_ignoring_sigterm_is_killed_after_grace(rank_script, tmp_path):
     word = marker()
     started = time.monotonic()
     result = run_launcher("--local", "--workers", "2", "--grace", "1", rank_script, tmp_path, word,
-                          env=_env(FAIL_RANK="worker0", FAIL_CODE="5", IGNORE_TERM="1"))
+                          env=clean_env(FAIL_RANK="worker0", FAIL_CODE="5", IGNORE_TERM="1"))
     assert result.returncode == 5
     assert time.monotonic() - started < 30
     assert_no_processes(word)
@@ -86,32 +80,17 @@ def test_timeout_stops_the_job(rank_script, tmp_path):
     assert_no_processes(word)
 
 
-def test_killed_worker_ends_the_job(rank_script, tmp_path):
+@pytest.mark.parametrize("victim, options", [("worker1", ()),
+                                             ("server1", ("--mode", "ps", "--servers", "2"))])
+def test_killed_rank_ends_the_job(rank_script, tmp_path, victim, options):
     word = marker()
-    launcher = start_launcher("--local", "--workers", "2", rank_script, tmp_path, word)
+    launcher = start_launcher("--local", *options, "--workers", "2", rank_script, tmp_path, word)
     try:
         _wait_for([tmp_path / "worker0.pid", tmp_path / "worker1.pid"])
-        os.kill(int((tmp_path / "worker1.pid").read_text()), signal.SIGKILL)
+        os.kill(rank_pid(launcher.pid, victim), signal.SIGKILL)
         _out, err = launcher.communicate(timeout=60)
         assert launcher.returncode == 128 + signal.SIGKILL
-        assert "worker1 was killed by SIGKILL" in err
-    finally:
-        launcher.kill()
-        launcher.wait()
-    assert_no_processes(word)
-
-
-def test_killed_server_ends_the_job(rank_script, tmp_path):
-    word = marker()
-    launcher = start_launcher("--local", "--mode", "ps", "--servers", "2", "--workers", "2",
-                              rank_script, tmp_path, word)
-    try:
-        _wait_for([tmp_path / "worker0.pid", tmp_path / "worker1.pid"])
-        server = _server_pid(launcher.pid, "1")
-        os.kill(server, signal.SIGKILL)
-        _out, err = launcher.communicate(timeout=60)
-        assert launcher.returncode == 128 + signal.SIGKILL
-        assert "server1 was killed by SIGKILL" in err
+        assert f"{victim} was killed by SIGKILL" in err
     finally:
         launcher.kill()
         launcher.wait()
@@ -121,7 +100,7 @@ def test_killed_server_ends_the_job(rank_script, tmp_path):
 def test_ctrl_c_stops_everything(rank_script, tmp_path):
     word = marker()
     launcher = start_launcher("--local", "--workers", "2", "--grace", "1", rank_script, tmp_path, word,
-                              env=_env(IGNORE_TERM="1"))
+                              env=clean_env(IGNORE_TERM="1"))
     try:
         _wait_for([tmp_path / "worker0.pid", tmp_path / "worker1.pid"])
         launcher.send_signal(signal.SIGINT)
@@ -132,21 +111,3 @@ def test_ctrl_c_stops_everything(rank_script, tmp_path):
         launcher.kill()
         launcher.wait()
     assert_no_processes(word)
-
-
-def _server_pid(launcher_pid: int, index: str, timeout: float = 30.0) -> int:
-    """The PID of the launcher's child running server `index`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                environ = (entry / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if int(stat[1]) == launcher_pid and f"GERYON_SERVER_RANK={index}".encode() in environ:
-                return int(entry.name)
-        time.sleep(0.1)
-    raise AssertionError(f"server{index} of launcher {launcher_pid} not found")

@@ -5,47 +5,15 @@ import os
 import shutil
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
-from launch_support import EXAMPLE, clean_env, job_id, start_launcher
+from launch_support import EXAMPLE, clean_env, job_id, pids_of_job, rank_pid, start_launcher
 
 pytestmark = pytest.mark.slow
 
 LONG_TRAINING = ["--iterations", "100000", "--width", "4", "--train-size", "512", "--test-size", "100",
                  "--log-every", "1"]
-
-
-def processes_of_job(job: str) -> list[int]:
-    """PIDs of live processes whose environment has GERYON_JOB_ID=job (workers and servers)."""
-    needle = f"GERYON_JOB_ID={job}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in environ.split(b"\0") and state != "Z":
-            found.append(int(entry.name))
-    return found
-
-
-def rank_pid(job: str, rank_name: str, timeout: float = 60.0) -> int:
-    deadline = time.monotonic() + timeout
-    needle = f"GERYON_RANK_NAME={rank_name}".encode()
-    while time.monotonic() < deadline:
-        for pid in processes_of_job(job):
-            try:
-                if needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                    return pid
-            except OSError:
-                continue
-        time.sleep(0.1)
-    raise AssertionError(f"no process for {rank_name} of job {job}")
 
 
 @pytest.fixture
@@ -75,15 +43,15 @@ def training(tmp_path):
 def _end(launcher, job):
     _out, err = launcher.communicate(timeout=60)
     deadline = time.monotonic() + 10
-    while processes_of_job(job) and time.monotonic() < deadline:
+    while pids_of_job(job) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert processes_of_job(job) == [], f"leftover processes of job {job}"
+    assert pids_of_job(job) == [], f"leftover processes of job {job}"
     return err
 
 
 def test_killed_worker_ends_training(training):
     launcher, job = training()
-    os.kill(rank_pid(job, "worker1"), signal.SIGKILL)
+    os.kill(rank_pid(launcher.pid, "worker1"), signal.SIGKILL)
     err = _end(launcher, job)
     assert launcher.returncode == 128 + signal.SIGKILL, err[-3000:]
     assert "worker1 was killed by SIGKILL" in err
@@ -91,7 +59,7 @@ def test_killed_worker_ends_training(training):
 
 def test_killed_server_ends_training(training):
     launcher, job = training()
-    os.kill(rank_pid(job, "server0"), signal.SIGKILL)
+    os.kill(rank_pid(launcher.pid, "server0"), signal.SIGKILL)
     err = _end(launcher, job)
     assert launcher.returncode != 0, err[-3000:]
     assert "server0 was killed by SIGKILL" in err or "server 0" in err, err[-3000:]

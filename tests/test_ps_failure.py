@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.test_transport_failure import _free_ports
+from tests.transport_support import free_ports
 
 TIMEOUT = 30.0     # the transport timeout; everyone must fail well before it
 
@@ -33,7 +33,7 @@ def _wait_for(proc, word, count, timeout=60):
 @pytest.mark.slow
 def test_killed_worker_is_named_to_every_rank_quickly():
     servers, workers = 2, 3
-    ports = _free_ports(servers)
+    ports = free_ports(servers)
     addresses = ",".join(f"127.0.0.1:{p}" for p in ports)
     server_procs = [_role("ps-server", "--index", s, "--servers", servers, "--workers", workers,
                           "--listen", f"127.0.0.1:{ports[s]}") for s in range(servers)]

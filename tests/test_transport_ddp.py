@@ -12,25 +12,16 @@ from __future__ import annotations
 import copy
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.transport_support import free_ports
+
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4
-
-
-def _free_ports(count):
-    holders = [socket.socket() for _ in range(count)]
-    for s in holders:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in holders]
-    for s in holders:
-        s.close()
-    return ports
 
 
 def train(rank: int, world: int, master_port: int, ports: list[int]) -> dict:
@@ -90,7 +81,7 @@ def train(rank: int, world: int, master_port: int, ports: list[int]) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
 def test_hooked_ddp_matches_default_ddp(world):
-    master, *ports = _free_ports(world + 1)
+    master, *ports = free_ports(world + 1)
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, PYTHONPATH=path)
     procs = [subprocess.Popen([sys.executable, __file__, str(rank), str(world), str(master),

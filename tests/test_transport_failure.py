@@ -17,22 +17,13 @@ from geryon.transport.config import TransportConfig
 from geryon.transport.handshake import dial_handshake
 from geryon.transport.ps import ParameterServer, PSWorker
 from geryon.transport.wire import HEADER, MAGIC, PROTOCOL_VERSION, Kind
+from tests.transport_support import free_ports
 
 SECRET = "fuzz-secret"
 
 
-def _free_ports(count):
-    holders = [socket.socket() for _ in range(count)]
-    for s in holders:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in holders]
-    for s in holders:
-        s.close()
-    return ports
-
-
 def _start_ring(world, extra=()):
-    ports = _free_ports(world)
+    ports = free_ports(world)
     peers = ",".join(f"127.0.0.1:{p}" for p in ports)
     argv = [sys.executable, "-m", "geryon.transport.roles", "allreduce", "--peers", peers,
             "--sizes", "2000000", "--iters", "100000", "--checksum", "--timeout", "3",

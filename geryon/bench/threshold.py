@@ -203,13 +203,14 @@ def _gather(processes, op: str, **fields) -> list[dict]:
 
 
 class ReplayedPSJob:
-    """M servers and W replayed workers in the hosts of `cluster`, one iteration per call."""
+    """M servers and W replayed workers in the hosts of `cluster`, one iteration per call.
 
-    def __init__(self, cluster, setup: EmulatedSetup):
-        from geryon.categorize.profiles import resolve_profile
+    `ranking` is the urgency ranking of `setup.model`'s profile, the one the role processes split.
+    """
 
+    def __init__(self, cluster, setup: EmulatedSetup, ranking):
         self.cluster, self.setup = cluster, setup
-        self.ranking = resolve_profile(setup.model, batch=setup.batch).ranking()
+        self.ranking = ranking
         self.iterations = 0               # iterations run by every worker so far
         self.threshold: float | None = None
         self.switches: list[dict] = []
@@ -319,7 +320,7 @@ def noise_summary(record: dict) -> dict:
     warmup = record["settings"]["warmup"]
     deviations = [abs(t / p["iter_s"] - 1) for p in sweep for t in p["times"][warmup:] if p["iter_s"]]
     summary = {"iteration_noise": float(np.median(deviations)) if deviations else None}
-    if at_chosen and sweep:
+    if at_chosen:
         best = min(p["iter_s"] for p in sweep)
         summary.update(chosen_sweep_iter_s=at_chosen[0], sweep_ratio=at_chosen[0] / best)
         # The same robust fit the search uses, over every sweep iteration: a single lucky median no
@@ -354,7 +355,7 @@ def run_emulated_threshold_bench(setup: EmulatedSetup, settings=None, name: str 
     with sigterm_as_interrupt(), EmulatedCluster(name or cluster_name(),
                                                  hosts=setup.servers + setup.workers,
                                                  bw=setup.link_rate, priority=True) as cluster:
-        job = ReplayedPSJob(cluster, setup)
+        job = ReplayedPSJob(cluster, setup, profile.ranking())
         try:
             job.start()
             record = run_threshold_bench(job.measure_iteration, settings, context, sweep=True)

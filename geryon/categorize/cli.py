@@ -97,10 +97,10 @@ def _usage(parser) -> int:
 
 
 def _ranking_for(name: str, batch: int):
-    from geryon.categorize.profiles import resolve_profile
+    from geryon.categorize.profiles import model_key, resolve_profile
     from geryon.categorize.zoo import ZOO_NAMES, build_model
 
-    if name.lower().replace("-", "").replace("_", "") in ZOO_NAMES:
+    if model_key(name) in ZOO_NAMES:
         from geryon.categorize.urgency import rank_parameters
         model, sample = build_model(name)
         return rank_parameters(model, sample), "torch forward pass"

@@ -209,9 +209,14 @@ def profiles_dir() -> Path:
     return Path(__file__).resolve().parents[3] / "shared" / "profiles"
 
 
+def model_key(name: str) -> str:
+    """A model name as looked up (built-in CNNs and named profiles): lower case, no '-' or '_'."""
+    return name.lower().replace("-", "").replace("_", "")
+
+
 def resolve_profile(name: str, batch: int = 32) -> LayerProfile:
     """Load a profile by model name (vgg16, vgg19, resnet50, inceptionv3, alexnet) or by file path."""
-    key = name.lower().replace("-", "").replace("_", "")
+    key = model_key(name)
     if key == "alexnet":
         from geryon.categorize.derived import alexnet_profile
         return alexnet_profile(batch=batch)

@@ -51,7 +51,6 @@ class ReplayedModel:
         self.size_scale = float(size_scale)
         self.gradient_value = float(gradient_value)
         self.spin_margin = float(spin_margin)
-        self.layer_names = tuple(layer.name for layer in profile.layers)
         self.parameters: dict = {}
         self.gradients: dict = {}
         for layer in profile.layers:
@@ -61,7 +60,6 @@ class ReplayedModel:
                 self.gradients[layer.name] = torch.zeros(numel, dtype=torch.float32)
         self._pull_hooks = []
         self._push_hooks = []
-        self.iterations = 0
 
     def add_pull_hook(self, hook) -> None:
         """hook(layer_index, layer_name): called before layer's forward; block here until pulled."""
@@ -73,10 +71,10 @@ class ReplayedModel:
 
     def ranking(self) -> list[RankedParameter]:
         """Urgency ranking of the replayed tensors (forward order, scaled sizes)."""
-        return [RankedParameter(name=name, layer=name, module_type=layer.type, numel=tensor.numel(),
-                                bytes=tensor.numel() * BYTES_PER_PARAMETER)
-                for layer in self.profile.layers
-                for name, tensor in [(layer.name, self.parameters.get(layer.name))] if tensor is not None]
+        return [RankedParameter(name=layer.name, layer=layer.name, module_type=layer.type,
+                                numel=self.parameters[layer.name].numel(),
+                                bytes=self.parameters[layer.name].numel() * BYTES_PER_PARAMETER)
+                for layer in self.profile.layers if layer.name in self.parameters]
 
     @property
     def compute_s(self) -> float:
@@ -114,5 +112,4 @@ class ReplayedModel:
         start = time.perf_counter()
         self.forward()
         self.backward()
-        self.iterations += 1
         return time.perf_counter() - start

@@ -125,7 +125,7 @@ def summarize_threshold_run(record: dict, png_name: str | None = None) -> str:
               f"backend: {context.get('backend', 'training')}",
               f"- probes: {len(record['probes'])} (budget {settings['budget']}, first round {settings['first_round']}), "
               f"{settings['iters_per_probe']} iterations each, {settings['warmup']} discarded as warm-up",
-              f"- fit: {fit.method if fit else 'none'}; noise scale {fit.noise_scale * 1e3:.2f} ms" if fit else "- fit: none",
+              f"- fit: {fit.method}; noise scale {fit.noise_scale * 1e3:.2f} ms" if fit else "- fit: none",
               f"- **chosen threshold: {chosen:g}**"
               + (f" (fitted {fit.minimum_s * 1e3:.2f} ms per iteration)" if fit else ""), ""]
     assignment = _classes_at(record, chosen)

@@ -111,10 +111,6 @@ class ThresholdSearch:
     def done(self) -> bool:
         return self.chosen is not None
 
-    @property
-    def current_threshold(self) -> float:
-        return self.chosen if self.done else self._current
-
     def threshold_for(self, iteration: int) -> float:
         """The threshold to train iteration `iteration` with (the chosen one once done)."""
         if self.done:

@@ -40,10 +40,6 @@ class RankedParameter:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict) -> "RankedParameter":
-        return cls(**data)
-
 
 def rank_parameters(model, sample_input) -> list["RankedParameter"]:
     """Rank every parameter of `model` by its first use in `model(sample_input)`.

@@ -8,6 +8,7 @@
 `build_model(name)` returns (model, sample_input) with a batch of 2 images.
 """
 
+from geryon.categorize.profiles import model_key
 from geryon.errors import ConfigError
 
 ZOO_NAMES = ("smallcnn", "minivgg", "miniresnet")
@@ -81,7 +82,7 @@ def build_model(name: str):
     from torch import nn
 
     builders = {"smallcnn": _small_cnn, "minivgg": _mini_vgg, "miniresnet": _mini_resnet}
-    key = name.lower().replace("-", "").replace("_", "")
+    key = model_key(name)
     if key not in builders:
         raise ConfigError(f"unknown built-in model {name!r}; known: {', '.join(ZOO_NAMES)}")
     generator = torch.Generator().manual_seed(0)

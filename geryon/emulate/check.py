@@ -95,7 +95,7 @@ def _check_configuration(settings: dict, classes, cc: str, priority: bool, say: 
             timing = ("--duration", str(settings["duration_s"]), "--warmup", str(settings["warmup_s"]),
                       "--start-at", repr(start))
             flows = [sender.start(h1, "bulk", high, *timing), sender.start(h2, "bulk", low, *timing)]
-            high_flow, low_flow = (sender.wait(f, settings["duration_s"] + 30) for f in flows)
+            high_flow, low_flow = (traffic_result(f, settings["duration_s"] + 30) for f in flows)
             contention = _contention_result(high_flow, low_flow, settings["bw_bps"])
             contention["counters"] = _counter_delta(before, read_class_counters(port[1], netns=port[0]))
             say(f"{cc}: long flows high {high_flow['throughput_bps'] / 1e6:.1f} Mbit/s, "
@@ -108,7 +108,7 @@ def _check_configuration(settings: dict, classes, cc: str, priority: bool, say: 
             contended = sender.run(h1, "burst", high, *burst_args,
                                    "--start-at", repr(start + LOW_FLOW_LEAD_S))
             background.send_signal(signal.SIGTERM)
-            sender.wait(background, 10)
+            traffic_result(background, 10)
             burst = _burst_result(alone, contended)
             burst["counters"] = _counter_delta(before, read_class_counters(port[1], netns=port[0]))
             say(f"{cc}: burst against a low flow {contended['median_s']:.3f} s (x{burst['ratio']:.2f})")
@@ -146,19 +146,20 @@ class _TrafficProcesses:
                                              text=True))
 
     def run(self, host, mode: str, dscp: int, *options: str, timeout: float = 120) -> dict:
-        return self.wait(self.start(host, mode, dscp, *options), timeout)
+        return traffic_result(self.start(host, mode, dscp, *options), timeout)
 
-    @staticmethod
-    def wait(process: subprocess.Popen, timeout: float) -> dict:
-        try:
-            out, err = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
-            raise EmulationError(f"a traffic sender ran past {timeout} s: {process.args}") from None
-        if process.returncode != 0 or not out.strip():
-            raise EmulationError(f"traffic sender failed ({process.returncode}): {err.strip()}")
-        return json.loads(out.strip().splitlines()[-1])
+
+def traffic_result(process: subprocess.Popen, timeout: float) -> dict:
+    """The last JSON line of a finished traffic process (text pipes); EmulationError if it failed."""
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise EmulationError(f"a traffic sender ran past {timeout} s: {process.args}") from None
+    if process.returncode != 0 or not out.strip():
+        raise EmulationError(f"traffic sender failed ({process.returncode}): {err.strip()}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def _contention_result(high: dict, low: dict, rate: int) -> dict:

@@ -16,7 +16,8 @@ import time
 from dataclasses import asdict, dataclass
 
 from geryon.emulate import fabric, state
-from geryon.emulate.topology import Topology, build_topology, check_host_count, check_name, netns_prefix
+from geryon.emulate.topology import (SUBNET, Topology, build_topology, check_host_count, check_name,
+                                     netns_prefix)
 from geryon.errors import ConfigError, EmulationError, NameInUse, PermissionNeeded
 from geryon.netconf import (PriorityClass, install_priority_queues, install_shaping, parse_classes)
 from geryon.rates import format_rate, parse_rate
@@ -200,7 +201,7 @@ class EmulatedCluster:
             "classes": [{"name": c.name, "dscp": c.dscp} for c in self.classes],
             "tcp_congestion": self.tcp_congestion,
             "offload": self.offload,
-            "subnet": "10.199.0.0/16",
+            "subnet": SUBNET,
             "hosts": hosts,
             "switches": switches,
             "links": links,

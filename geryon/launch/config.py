@@ -216,9 +216,9 @@ def check_classes(spec: str | None) -> str | None:
     """Validate a class spec with geryon.netconf and return it in canonical 'name:dscp,...' form."""
     if spec is None or spec == "":
         return None
-    from geryon.netconf import parse_classes  # lazy: netconf is not needed to parse other flags
+    from geryon.netconf import format_classes, parse_classes  # lazy: netconf is not needed for other flags
 
-    return ",".join(f"{c.name}:{c.dscp}" for c in parse_classes(spec))
+    return format_classes(parse_classes(spec))
 
 
 def _check_script(path: str) -> str:

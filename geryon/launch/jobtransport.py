@@ -37,17 +37,15 @@ def transport_job_id(job_id: str | None) -> int:
 
 
 def class_dscp(spec: str | None) -> tuple[int, ...] | None:
-    """DSCP values of a canonical class spec 'name:dscp,...'; None for the transport's default two."""
+    """DSCP values of a class spec (GERYON_CLASSES); None for the transport's default two."""
     if not spec:
         return None
-    values = []
-    for item in spec.split(","):
-        _name, _sep, dscp = item.rpartition(":")
-        try:
-            values.append(int(dscp))
-        except ValueError:
-            raise ConfigError(f"GERYON_CLASSES={spec!r}: expected 'name:dscp,...'") from None
-    return tuple(values)
+    from geryon.netconf.classes import parse_classes
+
+    try:
+        return tuple(c.dscp for c in parse_classes(spec))
+    except ConfigError as exc:
+        raise ConfigError(f"GERYON_CLASSES={spec!r}: {exc}") from None
 
 
 def transport_timeout(environ=None) -> float:

@@ -56,13 +56,8 @@ def rank_model(model, args, kwargs) -> tuple[list[RankedParameter], str]:
 
 
 def assignment_for(ranking: list[RankedParameter], scheme: str, max_classes: int) -> Assignment:
-    """Split a ranking into classes by the job's --priority scheme.
-
-    `search` has no fixed split: a job with a search takes its classes from `search_plan` (the
-    syncs never come here with it); asked anyway, the answer is the coarse split, the classes a
-    job without a search would use.
-    """
-    if scheme in ("coarse", "search"):
+    """Split a ranking into classes by a fixed --priority scheme (`search` goes through `search_plan`)."""
+    if scheme == "coarse":
         return coarse_split(ranking, max_classes=max_classes)
     key, _sep, value = scheme.partition("=")
     if key == "threshold":

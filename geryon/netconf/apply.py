@@ -31,11 +31,13 @@ def install_priority_queues(dev: str, classes=None, rate: "int | str | None" = N
     qdisc where the kernel has one (else HTB at a rate that never binds). Raises InterfaceNotFound.
     """
     _require_root()
-    ipr, _ = open_device(dev, netns)  # check before probing capabilities or building anything
-    ipr.close()
-    capabilities = detect_capabilities() if rate is None else None
-    plan = build_priority_plan(dev, classes, rate, capabilities, netns)
-    apply_plan(plan)
+    ipr, index = open_device(dev, netns)  # check before probing capabilities or building anything
+    try:
+        capabilities = detect_capabilities() if rate is None else None
+        plan = build_priority_plan(dev, classes, rate, capabilities, netns)
+        _replace(ipr, index, plan)
+    finally:
+        ipr.close()
     return plan
 
 
@@ -62,16 +64,20 @@ def apply_plan(plan: QueuePlan) -> None:
     _require_root()
     ipr, index = open_device(plan.dev, plan.netns)
     try:
-        _delete_root(ipr, index)
-        try:
-            for op in plan.ops:
-                _apply_op(ipr, index, op, plan.netns)
-        except NetconfError:
-            _delete_root(ipr, index)
-            forget_plan_state(plan.dev, plan.netns)
-            raise
+        _replace(ipr, index, plan)
     finally:
         ipr.close()
+
+
+def _replace(ipr: IPRoute, index: int, plan: QueuePlan) -> None:
+    _delete_root(ipr, index)
+    try:
+        for op in plan.ops:
+            _apply_op(ipr, index, op, plan.netns)
+    except NetconfError:
+        _delete_root(ipr, index)
+        forget_plan_state(plan.dev, plan.netns)
+        raise
     save_plan_state(plan)
 
 

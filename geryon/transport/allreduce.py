@@ -31,8 +31,8 @@ from geryon.errors import ConfigError, PeerAborted, ProtocolError
 from geryon.transport.buckets import (Bucket, chunk_bounds, normalize_priorities, pieces,
                                       plan_buckets, plan_digest)
 from geryon.transport.config import TransportConfig
-from geryon.transport.flows import FlowPool, next_sequence
-from geryon.transport.wire import Kind, dtype_code, encode_control, encode_header, slice_view
+from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
+from geryon.transport.wire import Kind, byte_view, dtype_code, encode_control, encode_header
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,17 @@ class _BucketRun:
     got_rs: int = 0
     got_ag: int = 0
     sent: int = 0
+    counted: bool = False      # already subtracted from the collective's `remaining`
+
+    def __post_init__(self):
+        # made once per collective, not once per slice
+        self.dtype_code = dtype_code(self.bucket.dtype)
+        self.acc_bytes, self.scratch_bytes = byte_view(self.acc), byte_view(self.scratch)
+
+    def slice_of(self, data: memoryview, offset: int, length: int) -> memoryview:
+        """Bytes of elements [offset, offset + length) of `acc_bytes` or `scratch_bytes`."""
+        size = self.bucket.dtype.itemsize
+        return data[offset * size:(offset + length) * size]
 
     @property
     def done(self) -> bool:
@@ -79,7 +90,7 @@ class AllreduceWork:
         return self._tensors
 
 
-class AllreduceGroup:
+class AllreduceGroup(PoolOwner):
     """One rank of a ring: `allreduce(tensors, priorities)` sums (or averages) across all ranks.
 
     `peers[i]` is the (host, port) where rank i listens; this rank listens on its own entry
@@ -146,16 +157,6 @@ class AllreduceGroup:
             self._verify_plan(seq, digest)
         collective = self._start(seq, buckets, flats, op == "avg")
         return AllreduceWork(self, collective, tensors, finish)
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def flow_failed(self, flow, exc) -> None:
         """A neighbour's connection broke: pass the news round the ring (ABORT to the other side)."""
@@ -245,7 +246,7 @@ class AllreduceGroup:
         bucket = run.bucket
         header = encode_header(kind, job_id=self.config.job_id, iteration=collective.seq,
                                tensor_id=bucket.id, offset=offset, length=length,
-                               dtype=dtype_code(bucket.dtype), priority=bucket.priority)
+                               dtype=run.dtype_code, priority=bucket.priority)
         key = self.policy.send_key(collective.seq, bucket.priority, bucket.urgency, next_sequence())
 
         def sent():
@@ -255,11 +256,11 @@ class AllreduceGroup:
                 self._check_done(collective, run)
 
         flow = self.pool.flow(self.right, self.policy.flow_of(bucket.priority), wait=True)
-        flow.send(key, header, slice_view(run.acc, offset, length), on_sent=sent)
+        flow.send(key, header, run.slice_of(run.acc_bytes, offset, length), on_sent=sent)
 
     def _check_done(self, collective: _Collective, run: _BucketRun) -> None:
         # called with pool.cond held
-        if run.done and not getattr(run, "counted", False):
+        if run.done and not run.counted:
             run.counted = True
             collective.remaining -= 1
             if collective.remaining == 0:
@@ -295,9 +296,9 @@ class AllreduceGroup:
     def destination(self, flow, header) -> memoryview:
         collective, run, c = self._lookup(flow, header)
         if header.kind == Kind.REDUCE and c != self.rank:
-            return slice_view(run.scratch, header.offset, header.length)
+            return run.slice_of(run.scratch_bytes, header.offset, header.length)
         if header.kind == Kind.GATHER and c != (self.rank + 1) % self.world:
-            return slice_view(run.acc, header.offset, header.length)
+            return run.slice_of(run.acc_bytes, header.offset, header.length)
         raise ProtocolError(f"{header.describe()} from {flow.name} is not expected at rank {self.rank}")
 
     def delivered(self, flow, header) -> None:

@@ -82,6 +82,3 @@ class TransportConfig:
         if self.scheduling.flow_per_class:
             return self.class_dscp[flow]
         return self.class_dscp[-1]
-
-    def clamp_class(self, priority: int) -> int:
-        return min(max(int(priority), 0), self.classes - 1)

@@ -171,9 +171,11 @@ class Flow:
         tracer = config.tracer
         try:
             while not self.closing:
-                if not self._wait_header_start(view):
+                got = self._wait_header_start(view)
+                if not got:
                     return
-                read_exact_into(self.sock, view[1:], self.name)
+                if got < HEADER_SIZE:
+                    read_exact_into(self.sock, view[got:], self.name)
                 header = decode_header(buffer, job_id=config.job_id, max_payload=config.max_payload,
                                        tensor_numel=numel)
                 if header.kind == Kind.BYE:
@@ -197,23 +199,26 @@ class Flow:
         except Exception as exc:  # noqa: BLE001
             self._fail(exc)
 
-    def _wait_header_start(self, view: memoryview) -> bool:
-        """Wait, without a deadline (an idle peer is fine), for the first byte of a header."""
+    def _wait_header_start(self, view: memoryview) -> int:
+        """Wait, without a deadline (an idle peer is fine), for a header to start; 0 when closing.
+
+        Returns how many header bytes it read: as many as had arrived, so one recv per frame, not two.
+        """
         while not self.closing:
             try:
-                got = self.sock.recv_into(view[:1], 1)
+                got = self.sock.recv_into(view, HEADER_SIZE)
             except socket.timeout:
                 continue
             except OSError as exc:
                 if self.closing:
-                    return False
+                    return 0
                 raise TransportError(f"connection to {self.name} failed: {exc}") from None
             if got == 0:
                 if self.closing:
-                    return False
+                    return 0
                 raise TransportError(f"{self.name} closed the connection (process exited or killed)")
-            return True
-        return False
+            return got
+        return 0
 
     def _fail(self, exc: Exception) -> None:
         if self.closing:
@@ -471,6 +476,22 @@ class FlowPool:
             flow.close()
         for flow in flows:   # no transport thread may outlive close (torch aborts at exit otherwise)
             flow.join(2.0)
+
+
+class PoolOwner:
+    """A rank whose connections are one FlowPool (None: nothing to connect); a context manager."""
+
+    pool: FlowPool | None
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 _sequence = itertools.count()

@@ -26,9 +26,10 @@ from torch.optim.sgd import sgd as sgd_update
 from geryon.errors import ConfigError, PeerAborted, ProtocolError, TransportError
 from geryon.transport.buckets import normalize_priorities
 from geryon.transport.config import TransportConfig
-from geryon.transport.flows import FlowPool, next_sequence
+from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
 from geryon.transport.shards import Shard, param_specs, plan_shards, shard_digest
-from geryon.transport.wire import Kind, dtype_code, encode_control, encode_header, slice_view
+from geryon.transport.wire import (Kind, byte_view, dtype_code, encode_control, encode_header,
+                                   slice_view)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,10 @@ class _ServerShard:
         self.shard = shard
         self.param = value.detach().clone().reshape(-1)
         self.grads = [torch.empty_like(self.param) for _ in range(workers)]
+        # the wire's views of them, made once (the tensors are only ever updated in place)
+        self.param_bytes = byte_view(self.param)
+        self.grad_bytes = [byte_view(grad) for grad in self.grads]
+        self.dtype_code = dtype_code(self.param.dtype)
         self.sgd = sgd
         self.momentum_buffer: list[torch.Tensor | None] = [None]
         self.version = 0
@@ -59,7 +64,7 @@ class _ServerShard:
                    **self.sgd)
 
 
-class ParameterServer:
+class ParameterServer(PoolOwner):
     """Server `index` of `servers`: holds its shards of `params` and serves `workers` workers.
 
     `params`: the initial parameter tensors in model order (every rank passes the same list);
@@ -145,15 +150,6 @@ class ParameterServer:
             self._failed_at = time.monotonic()
         self.pool.abort(f"server {self.index}: {reason}", skip_peer=flow.peer_id)
 
-    def close(self) -> None:
-        self.pool.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     # -- frames from workers ------------------------------------------------------------------
     def _shard_for(self, flow, header) -> _ServerShard:
         state = self.shards.get((header.tensor_id, header.offset))
@@ -174,7 +170,7 @@ class ParameterServer:
                                     f"{header.tensor_id}, the shard is at {state.version}")
             if worker in state.arrived:
                 raise ProtocolError(f"{flow.name} pushed tensor {header.tensor_id} twice")
-        return slice_view(state.grads[worker], 0, header.length)
+        return state.grad_bytes[worker]
 
     def delivered(self, flow, header) -> None:
         state = self._shard_for(flow, header)
@@ -216,13 +212,13 @@ class ParameterServer:
         shard = state.shard
         header = encode_header(Kind.PARAM, job_id=self.config.job_id, iteration=state.version,
                                tensor_id=shard.tensor_id, offset=shard.offset, length=shard.length,
-                               dtype=dtype_code(state.param.dtype), priority=shard.priority)
+                               dtype=state.dtype_code, priority=shard.priority)
         key = self.policy.send_key(state.version, shard.priority, shard.urgency, next_sequence())
         flow = self.pool.flow(worker, self.policy.flow_of(shard.priority))
-        flow.send(key, header, slice_view(state.param, 0, shard.length))
+        flow.send(key, header, state.param_bytes)
 
 
-class PSWorker:
+class PSWorker(PoolOwner):
     """Worker `rank` of `workers`: pushes gradients to and pulls parameters from the servers.
 
     `params` are the model's parameter tensors (contiguous, CPU), in the same order as the
@@ -296,13 +292,14 @@ class PSWorker:
         grad = grad.detach()
         self._check_gradient(tensor, grad)
         grad = grad.contiguous()
+        data, size, code = byte_view(grad), grad.element_size(), dtype_code(spec.dtype)
         for shard in self.shards_of[tensor]:
             header = encode_header(Kind.PUSH, job_id=self.config.job_id, iteration=self.iteration,
                                    tensor_id=shard.tensor_id, offset=shard.offset, length=shard.length,
-                                   dtype=dtype_code(spec.dtype), priority=shard.priority)
+                                   dtype=code, priority=shard.priority)
             key = self.policy.send_key(self.iteration, shard.priority, shard.urgency, next_sequence())
             flow = self.pool.flow(shard.server, self.policy.flow_of(shard.priority))
-            flow.send(key, header, slice_view(grad, shard.offset, shard.length))
+            flow.send(key, header, data[shard.offset * size:(shard.offset + shard.length) * size])
 
     def pull(self, iteration: int | None = None) -> None:
         """Ask every server for version `iteration` (default: the current one) of its shards."""
@@ -336,15 +333,6 @@ class PSWorker:
     def wait_all(self) -> None:
         for tensor in range(len(self.params)):
             self.wait_param(tensor)
-
-    def close(self) -> None:
-        self.pool.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def flow_failed(self, flow, exc: TransportError) -> None:
         """A server's connection broke: tell the other servers, which tell their workers."""
