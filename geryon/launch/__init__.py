@@ -2,7 +2,7 @@
 
 Usage
 -----
-    python -m geryon.launch [--mode ps|allreduce] [--workers N] [--servers M]
+    python -m geryon.launch [--mode ps|allreduce] [--workers N | --nproc-per-node N] [--servers M]
                             [--policy vanilla|slicing|endhost|geryon]
                             [--priority coarse|search|threshold=T] [--classes SPEC]
                             [--emulate [--bw RATE] [--topology star|leafspine]] [--local]
@@ -10,11 +10,16 @@ Usage
                             [--timeline FILE] [--timeout S] [--grace S]
                             SCRIPT [ARGS...]
 
-It feels like torchrun: the script is started once per worker, and sees the usual variables. Inside
-the script two lines make it distributed (see geryon.api)::
+It feels like torchrun: the script is started once per worker, and sees the usual variables
+(`--nproc-per-node N` / `--nproc_per_node N`, torchrun's spelling, is accepted for --workers N).
+Inside the script two lines make it distributed (see geryon.api)::
 
     ctx = geryon.init()
-    model, optimizer = geryon.distribute(model, optimizer)
+    model, optimizer = geryon.distribute(model, optimizer)   # + DDP's options, e.g. static_graph=True
+
+DDP compatibility (which DDP options and features each mode keeps: no_sync, unused parameters,
+static graph, autocast, SyncBatchNorm, torch.compile, checkpoints, join) is tabulated, cell by
+tested cell, in docs/ddp-compat.md.
 
 Backends (one launcher, three ways to start processes)
 ------------------------------------------------------

@@ -78,9 +78,10 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
 
     parser.add_argument("--mode", default=twin("mode"), metavar="ps|allreduce",
                         help="parameter servers or ring allreduce (default allreduce; GERYON_MODE)")
-    parser.add_argument("--workers", default=twin("workers"), metavar="N",
+    parser.add_argument("--workers", "--nproc-per-node", "--nproc_per_node", dest="workers",
+                        default=twin("workers"), metavar="N",
                         help=f"worker processes (default {DEFAULT_WORKERS}, or the hostfile's slots; "
-                             "GERYON_WORKERS)")
+                             "--nproc-per-node is torchrun's name for it; GERYON_WORKERS)")
     parser.add_argument("--servers", default=twin("servers"), metavar="M",
                         help="parameter servers, ps mode only (default 1; GERYON_SERVERS)")
     parser.add_argument("--policy", default=twin("policy"), metavar="|".join(POLICIES),
