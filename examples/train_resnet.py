@@ -124,6 +124,19 @@ def save_checkpoint(path: str, step: int, model, optimizer, scheduler) -> None:
     os.replace(path + ".tmp", path)
 
 
+def clip_gradients(model, optimizer, max_norm: float):
+    """Clip by the global norm of the (averaged) gradient; the norm, or None where it is not known here.
+
+    With DDP the gradients are averaged when backward returns, so torch's own function is exact.
+    In --mode ps the gradients live on the servers: geryon.clip_grad_norm_ (where this geryon has
+    it, issue 14) has them clip the average there.
+    """
+    clip = getattr(geryon, "clip_grad_norm_", None)
+    if clip is not None:
+        return clip(optimizer, max_norm)
+    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+
 def accuracy(model: nn.Module, images, labels) -> float:
     model.eval()
     with torch.no_grad():
@@ -210,7 +223,7 @@ def main(argv=None) -> None:
                 loss = F.cross_entropy(model(images[mine]), labels[mine]) / args.grad_accum
                 loss.backward()
             total += loss.item()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        norm = clip_gradients(model, optimizer, args.clip)
         optimizer.step()
         scheduler.step()
         done = step + 1
@@ -223,7 +236,7 @@ def main(argv=None) -> None:
                                 scheduler)
         global_loss = geryon.average(total)
         if job.is_main and args.log_json:
-            print(json.dumps({"step": step, "loss": global_loss, "grad_norm": float(norm),
+            print(json.dumps({"step": step, "loss": global_loss, "grad_norm": None if norm is None else float(norm),
                               "lr": scheduler.get_last_lr()[0],
                               "time_s": round(time.perf_counter() - started, 4)}), flush=True)
     if hasattr(optimizer, "synchronize"):
