@@ -56,7 +56,8 @@ def build(feature: str) -> tuple[nn.Module, torch.optim.Optimizer, dict]:
     torch.manual_seed(0)
     model = Probe()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.0 if feature == "unused" else 0.9)
-    options = {"no_sync": {}, "unused": {"find_unused_parameters": True}, "static_graph": {"static_graph": True},
+    options = {"join": {"bucket_cap_mb": 0.0001},  # several buckets of both classes for the joined worker
+               "unused": {"find_unused_parameters": True}, "static_graph": {"static_graph": True},
                "bucket_options": {"gradient_as_bucket_view": True, "bucket_cap_mb": 0.001,
                                   "broadcast_buffers": False},
                "hook_classes_unused": {"find_unused_parameters": True, "bucket_cap_mb": 0.0001},
