@@ -6,6 +6,7 @@ checked in-process, with their messages.
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import geryon
 from geryon.api import JobContext
 from geryon.errors import ConfigError
 from geryon.launch.ddp_options import check_ddp_options, ddp_defaults, wrap_ddp
-from launch_support import REPO, run_launcher
+from launch_support import REPO, clean_env, run_launcher
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ddp_probe  # noqa: E402
@@ -130,11 +131,11 @@ def test_ps_mode_refuses_no_sync_and_join(method, message):
 
 # -- real jobs: every feature ends with the single-process parameters ---------------------------------
 
-def run_probe(tmp_path, feature: str, mode: str, *extra) -> dict:
+def run_probe(tmp_path, feature: str, mode: str, env=None, timeout: float = 240) -> dict:
     out = tmp_path / f"{feature}-{mode}.json"
     mode_args = ["--mode", "ps", "--servers", "1"] if mode == "ps" else ["--mode", "allreduce"]
-    result = run_launcher("--local", "--workers", "2", *mode_args, *extra, PROBE, "--feature", feature,
-                          "--out", out, timeout=240)
+    result = run_launcher("--local", "--workers", "2", *mode_args, PROBE, "--feature", feature,
+                          "--out", out, timeout=timeout, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads(out.read_text())
     assert (record["workers"], record["mode"]) == (2, mode)
@@ -152,6 +153,15 @@ PS_FEATURES = ["unused", "autocast", "compile"]
 def test_feature_gives_the_single_process_parameters(tmp_path, mode, feature):
     record = run_probe(tmp_path, feature, mode)
     assert record["params"] == pytest.approx(ddp_probe.reference(feature), rel=1e-4, abs=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("GERYON_TEST_INDUCTOR"),
+                    reason="inductor compiles C++ for ~35 s per process here; GERYON_TEST_INDUCTOR=1 runs it")
+@pytest.mark.parametrize("mode", ["allreduce", "ps"])
+def test_compile_with_inductor_gives_the_single_process_parameters(tmp_path, mode):
+    record = run_probe(tmp_path, "compile", mode, env=clean_env(PROBE_COMPILE_BACKEND="inductor"), timeout=600)
+    assert record["params"] == pytest.approx(ddp_probe.reference("compile"), rel=1e-4, abs=1e-5)
 
 
 @pytest.mark.slow
