@@ -69,6 +69,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from geryon import envvars
 from geryon.signals import sigterm_as_interrupt
 from geryon.errors import ConfigError, TransportError
 
@@ -221,7 +222,7 @@ class ReplayedPSJob:
         self._log_dir = tempfile.mkdtemp(prefix="gy-replay-")
 
     def start(self) -> "ReplayedPSJob":
-        env = dict(os.environ, GERYON_SECRET=secrets.token_hex(16), OMP_NUM_THREADS="1",
+        env = dict(os.environ, **{envvars.JOB_SECRET: secrets.token_hex(16)}, OMP_NUM_THREADS="1",
                    PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
         role = [sys.executable, "-m", "geryon.bench.replay_roles"]
         extra = self.setup.role_args()

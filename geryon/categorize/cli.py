@@ -2,7 +2,7 @@
 
     geryon categorize MODEL [--classes K] [--threshold T[,T...]] [--metric position|bytes] [--json]
         MODEL: a built-in CNN (smallcnn, minivgg, miniresnet), a profile (vgg16, vgg19, resnet50,
-        inceptionv3, alexnet -- from $GERYON_PROFILES or ../shared/profiles), or a .dag path.
+        inceptionv3, alexnet -- shipped in the package, or from $GERYON_PROFILES), or a .dag path.
         Without thresholds: two classes, the coarse CONV/FC split; K > 2 without thresholds: K
         evenly spaced thresholds.
     geryon report threshold RUN.json [--out DIR]

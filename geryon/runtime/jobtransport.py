@@ -1,34 +1,22 @@
 """A rank's handle on geryon's transport: its TransportConfig, the job's store, where it listens.
 
-Everything here is read from the variables geryon.launch gives every rank (see
-geryon.launch.environment.JOB_VARIABLES):
-  GERYON_JOB_SECRET   the transport's per-job secret (without it there is no geryon transport:
-                      scripts under plain torchrun fall back to gloo, see geryon.api)
-  GERYON_JOB_ID       hashed to the transport's 32-bit job id
-  GERYON_POLICY, GERYON_CLASSES   the scheduling policy and the classes' DSCP values
-  GERYON_HOST_IP      the address this rank's flows listen on
-  MASTER_ADDR/PORT    the launcher's TCPStore, where ranks publish their addresses
-  GERYON_TRANSPORT_TIMEOUT  seconds without progress before a peer counts as dead (default 60;
-                      tests set a few seconds so that a dead peer ends a job quickly)
+Everything here comes from the rank's `RankEnv` (geryon.runtime.env): the job secret (without it
+there is no geryon transport: scripts under plain torchrun fall back to gloo, see geryon.runtime.api),
+the job id (hashed to the transport's 32-bit job id), the policy and the classes' DSCP values, the
+address this rank's flows listen on, MASTER_ADDR/PORT (the launcher's TCPStore, where ranks publish
+their addresses) and the transport timeout (seconds without progress before a peer counts as dead;
+tests set a few seconds so that a dead peer ends a job quickly).
 """
 
 import hashlib
-import os
 import socket
 from datetime import timedelta
 
+from geryon import envvars
 from geryon.errors import ConfigError
+from geryon.runtime.env import RankEnv
 
-TRANSPORT_TIMEOUT_ENV = "GERYON_TRANSPORT_TIMEOUT"
-DEFAULT_TRANSPORT_TIMEOUT_S = 60.0
 STORE_TIMEOUT = timedelta(minutes=5)
-DEFAULT_PREFIX = "geryon/"
-
-
-def has_transport(environ=None) -> bool:
-    """True when the rank was given a job secret, i.e. geryon's transport can authenticate."""
-    env = os.environ if environ is None else environ
-    return bool(env.get("GERYON_JOB_SECRET"))
 
 
 def transport_job_id(job_id: str | None) -> int:
@@ -37,7 +25,7 @@ def transport_job_id(job_id: str | None) -> int:
 
 
 def class_dscp(spec: str | None) -> tuple[int, ...] | None:
-    """DSCP values of a class spec (GERYON_CLASSES); None for the transport's default two."""
+    """DSCP values of a class spec (the job's classes); None for the transport's default two."""
     if not spec:
         return None
     from geryon.netconf.classes import parse_classes
@@ -45,60 +33,36 @@ def class_dscp(spec: str | None) -> tuple[int, ...] | None:
     try:
         return tuple(c.dscp for c in parse_classes(spec))
     except ConfigError as exc:
-        raise ConfigError(f"GERYON_CLASSES={spec!r}: {exc}") from None
+        raise ConfigError(f"{envvars.CLASSES}={spec!r}: {exc}") from None
 
 
-def transport_timeout(environ=None) -> float:
-    env = os.environ if environ is None else environ
-    text = env.get(TRANSPORT_TIMEOUT_ENV) or ""
-    if not text:
-        return DEFAULT_TRANSPORT_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"{TRANSPORT_TIMEOUT_ENV}={text!r} is not a number of seconds") from None
-    if value <= 0:
-        raise ConfigError(f"{TRANSPORT_TIMEOUT_ENV}={text!r} must be positive")
-    return value
-
-
-def transport_config(environ=None, tracer=None):
-    """The TransportConfig of this job, as the launcher described it in the environment."""
+def transport_config(env: RankEnv, tracer=None):
+    """The TransportConfig of this job, as the launcher described it."""
     from geryon.transport import TransportConfig
 
-    env = os.environ if environ is None else environ
-    settings = dict(secret=env.get("GERYON_JOB_SECRET", ""),
-                    job_id=transport_job_id(env.get("GERYON_JOB_ID")),
-                    policy=env.get("GERYON_POLICY") or "vanilla",
-                    timeout=transport_timeout(env))
-    dscp = class_dscp(env.get("GERYON_CLASSES"))
+    settings = dict(secret=env.secret or "", job_id=transport_job_id(env.job_id), policy=env.policy,
+                    timeout=env.transport_timeout)
+    dscp = class_dscp(env.classes)
     if dscp:
         settings["class_dscp"] = dscp
     return TransportConfig(tracer=tracer, **settings)
 
 
-def store_prefix(environ=None) -> str:
-    env = os.environ if environ is None else environ
-    return env.get("GERYON_STORE_PREFIX") or DEFAULT_PREFIX
-
-
-def open_store(environ=None):
+def open_store(env: RankEnv):
     """A client of the job's TCPStore (the launcher's, or torchrun's agent store) at MASTER_ADDR:PORT."""
     from torch.distributed import TCPStore
 
-    env = os.environ if environ is None else environ
-    address, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
-    if not address or not port:
+    if not env.master_addr or not env.master_port:
         raise ConfigError("geryon's transport needs the job's store: MASTER_ADDR and MASTER_PORT are not set")
-    return TCPStore(address, int(port), is_master=False, wait_for_workers=False, timeout=STORE_TIMEOUT)
+    return TCPStore(env.master_addr, env.master_port, is_master=False, wait_for_workers=False,
+                    timeout=STORE_TIMEOUT)
 
 
-def listen_host(environ=None) -> str:
-    """The address this rank's flows listen on: GERYON_HOST_IP, else the one that routes to MASTER_ADDR."""
-    env = os.environ if environ is None else environ
-    if env.get("GERYON_HOST_IP"):
-        return env["GERYON_HOST_IP"]
-    master = env.get("MASTER_ADDR") or "127.0.0.1"
+def listen_host(env: RankEnv) -> str:
+    """The address this rank's flows listen on: the launcher's, else the one that routes to MASTER_ADDR."""
+    if env.host_ip:
+        return env.host_ip
+    master = env.master_addr or "127.0.0.1"
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:
             probe.connect((master, 9))

@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from geryon import envvars
 from geryon.errors import GeryonError
 from geryon.transport.config import TransportConfig
 
@@ -185,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,
                         help="TCP_NOTSENT_LOWAT in bytes; 0 leaves the kernel default")
     parser.add_argument("--trace", default=None, help="append TransferEvents as JSON lines here")
-    parser.add_argument("--secret", default=os.environ.get("GERYON_SECRET", "geryon-bench"))
+    parser.add_argument("--secret", default=os.environ.get(envvars.JOB_SECRET, "geryon-bench"))
     parser.add_argument("--job", type=int, default=1)
     parser.add_argument("--burst-bytes", type=int, default=1 << 20)
     parser.add_argument("--bulk", action="store_true")
