@@ -15,17 +15,17 @@ import torch
 from torch import nn
 
 import geryon
-from geryon.api import JobContext
+from geryon.runtime.env import RankEnv
 from geryon.errors import ConfigError
-from geryon.launch.ddp_options import check_ddp_options, ddp_defaults, wrap_ddp
+from geryon.runtime.ddp_options import check_ddp_options, ddp_defaults, wrap_ddp
 from launch_support import REPO, clean_env, run_launcher
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ddp_probe  # noqa: E402
 
 PROBE = REPO / "tests" / "ddp_probe.py"
-SINGLE_PS = JobContext(mode="ps", servers=1)
-SINGLE = JobContext()
+SINGLE_PS = RankEnv(mode="ps", servers=1)
+SINGLE = RankEnv()
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 allreduce  the options go to `DistributedDataParallel(model, **ddp_options)` unchanged
            (find_unused_parameters, static_graph, gradient_as_bucket_view, bucket_cap_mb,
            broadcast_buffers, init_sync, mixed_precision, ...); under geryon.launch its comm hook is
-           then registered on the result (geryon.launch.ddp_sync). A model the user already wrapped in
+           then registered on the result (geryon.runtime.ddp_sync). A model the user already wrapped in
            DistributedDataParallel is kept as it is (the options belong to that constructor then).
            Refused under geryon's transport: `process_group` / `device_mesh` (geryon's hook averages
            over every worker of the job, not over a subgroup), and a DDP that already has a comm hook.
