@@ -14,10 +14,16 @@ union of their batches:
   allreduce  the model is wrapped in DistributedDataParallel (users keep DDP; an already wrapped
              model is kept); under geryon.launch its buckets travel over geryon's priority flows
              (geryon.launch.ddp_sync), elsewhere over gloo.
-  ps         under geryon.launch the model gets per-layer forward pre-hooks that wait only for their
-             own parameters, and the optimizer is replaced by a stand-in whose step() pushes
-             gradients to the parameter servers and pulls the new parameters (geryon.launch.ps_sync;
-             the servers run the same SGD, so it must be torch.optim.SGD). Without servers (plain
+  ps         under geryon.launch, an elementwise torch.optim optimizer (SGD, Adam, AdamW, RMSprop,
+             Adagrad, ...) runs on the parameter servers: the model gets per-layer forward
+             pre-hooks that wait only for their own parameters, and the optimizer is replaced by a
+             torch.optim.Optimizer stand-in whose step() pushes gradients and the groups' current
+             settings and pulls the new parameters (geryon.launch.ps_sync, ps_optimizer); any other
+             optimizer runs on the workers, the servers averaging gradients into .grad at the end
+             of backward (geryon.launch.ps_worker_step). GERYON_PS_OPTIMIZER (--ps-optimizer)
+             forces one side. Buffers are broadcast from worker 0 before each training forward
+             (DDP's convention). Clip with geryon.clip_grad_norm_(optimizer, max_norm), which is
+             torch's own everywhere except where the servers step. Without servers (plain
              torchrun, Slurm) gradients are averaged with gloo before the user's own step
              (`GradientAverageSync`), the same update a synchronous parameter server computes.
 A job of one worker has nothing to synchronise and trains locally (a ps job's servers stay idle).
@@ -156,9 +162,7 @@ def _synchronised(model, optimizer, job: JobContext, timeline):
     transport = jobtransport.has_transport()
     if job.mode == "ps":
         if transport and job.servers > 0:
-            from geryon.launch.ps_sync import ParameterServerSync
-
-            return model, ParameterServerSync(model, optimizer, job, timeline).attach()
+            return model, _parameter_servers(model, optimizer, job, timeline)
         GradientAverageSync(model, optimizer, job).attach()
         return model, optimizer
     from torch.nn.parallel import DistributedDataParallel
@@ -169,6 +173,34 @@ def _synchronised(model, optimizer, job: JobContext, timeline):
 
         attach_geryon_hook(ddp, job, timeline, optimizer=optimizer)
     return ddp, optimizer
+
+
+def _parameter_servers(model, optimizer, job: JobContext, timeline):
+    """Hook `model` for PS training; the optimizer to train with (the stand-in, or the user's own)."""
+    from geryon.launch.ps_optimizer import choose_update, describe_choice
+
+    requested = os.environ.get("GERYON_PS_OPTIMIZER") or "auto"
+    mode, spec, why = choose_update(optimizer, list(model.parameters()), requested)
+    if job.is_main:
+        print(describe_choice(optimizer, mode, why, job.servers), flush=True)
+    if mode == "server":
+        from geryon.launch.ps_sync import ParameterServerSync
+
+        return ParameterServerSync(model, optimizer, job, timeline, spec=spec).attach()
+    from geryon.launch.ps_worker_step import WorkerStepSync
+
+    return WorkerStepSync(model, optimizer, job, timeline).attach()
+
+
+def clip_grad_norm_(optimizer, max_norm: float, norm_type: float = 2.0):
+    """Clip the gradients by the global norm of the averaged gradient, whatever the mode.
+
+    torch.nn.utils.clip_grad_norm_ over the optimizer's parameters (returning the norm), except in
+    --mode ps with the servers stepping, where the servers clip the averaged gradient (returns None).
+    """
+    from geryon.launch.ps_optimizer import clip_grad_norm_ as clip
+
+    return clip(optimizer, max_norm, norm_type)
 
 
 class GradientAverageSync:

@@ -29,6 +29,7 @@ JOB_VARIABLES = {
     "GERYON_IFACE": "the interface of that address, when known",
     "GERYON_TIMELINE": "where the job's trace goes (empty: no trace)",
     "GERYON_STORE_PREFIX": "key prefix in the TCPStore reserved for geryon's own rendezvous",
+    "GERYON_PS_OPTIMIZER": "ps mode: auto, server or worker (who runs the optimizer)",
 }
 TORCH_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 # Launcher-only twins: meaningless inside a rank, and a nested launcher must not inherit them.
@@ -67,6 +68,7 @@ def job_environment(config: LaunchConfig, spec: RankSpec, master_addr: str, mast
         "GERYON_BACKEND": config.backend,
         "GERYON_TIMELINE": config.timeline or "",
         "GERYON_STORE_PREFIX": STORE_PREFIX,
+        "GERYON_PS_OPTIMIZER": config.ps_optimizer,
         "WORLD_SIZE": str(config.workers),
     }
     if spec.role == "worker":

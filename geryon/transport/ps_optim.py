@@ -168,8 +168,10 @@ def hyper_vector(groups, spec: OptimizerSpec) -> list[float]:
 def check_groups(param_groups, spec: OptimizerSpec) -> list[dict]:
     """The current settings of the user's groups, checked to still fit the spec.
 
-    Numbers may change freely (that is what schedulers do); adding or removing a group or a key,
-    changing a tuple's length, or changing a non-numeric value (None, a string) is refused.
+    Numbers may change freely (that is what schedulers do); adding or removing a group or one of
+    the optimizer's settings, changing a tuple's length, or changing a non-numeric value (None, a
+    string) is refused. Keys the optimizer does not know (a scheduler's `initial_lr` added later)
+    are ignored: they cannot change an update.
     """
     if len(param_groups) != len(spec.groups):
         raise ConfigError(f"the optimizer has {len(param_groups)} parameter groups, the parameter "
@@ -177,10 +179,12 @@ def check_groups(param_groups, spec: OptimizerSpec) -> list[dict]:
                           "forward pass is not supported in --mode ps")
     current = []
     for number, (template, group) in enumerate(zip(spec.groups, param_groups)):
-        settings = group_settings(group, number)
-        if settings.keys() != template.keys():
-            raise ConfigError(f"parameter group {number} gained or lost settings "
-                              f"({sorted(settings.keys() ^ template.keys())}) during training")
+        known = set(template) | set(spec.defaults or {})
+        settings = group_settings({k: v for k, v in group.items() if k in known}, number)
+        changed = sorted(settings.keys() ^ template.keys())
+        if changed:
+            raise ConfigError(f"parameter group {number} gained or lost settings {changed} after the "
+                              "first forward pass; the parameter servers cannot follow that")
         for key, old in template.items():
             new = settings[key]
             numeric = (_is_number(old) and _is_number(new)) or (
