@@ -161,6 +161,7 @@ class ParameterServer(PoolOwner):
         self.norm_exchange = norm_exchange
         self.state_exchange = state_exchange
         self.steps: dict[int, dict[int, torch.Tensor]] = {}   # iteration -> worker -> STEP vector
+        self.step_buffers: dict[tuple[int, int], torch.Tensor] = {}   # (iteration, worker) arriving
         self.step_plans: dict[int, _StepPlan] = {}
         self.step_lock = threading.Lock()
         self.shards: dict[tuple[int, int], _ServerShard] = {}
@@ -286,15 +287,18 @@ class ParameterServer(PoolOwner):
         if header.tensor_id != len(self.specs) or header.offset != 0 \
                 or header.length != self.step_length or header.dtype != torch.float64:
             raise ProtocolError(f"{header.describe()} from {flow.name} is not a STEP frame of this job")
+        key = (header.iteration, flow.peer_id)
         with self.step_lock:
-            received = self.steps.setdefault(header.iteration, {})
-            if flow.peer_id in received:
+            if key in self.step_buffers or flow.peer_id in self.steps.get(header.iteration, {}):
                 raise ProtocolError(f"{flow.name} sent STEP {header.iteration} twice")
-            vector = received[flow.peer_id] = torch.empty(self.step_length, dtype=torch.float64)
+            vector = self.step_buffers[key] = torch.empty(self.step_length, dtype=torch.float64)
         return byte_view(vector)
 
     def delivered(self, flow, header) -> None:
         if header.kind == Kind.STEP:
+            with self.step_lock:   # counted once its payload is in place
+                vector = self.step_buffers.pop((header.iteration, flow.peer_id))
+                self.steps.setdefault(header.iteration, {})[flow.peer_id] = vector
             self._advance(header.iteration)
             return
         state = self._shard_for(flow, header)
