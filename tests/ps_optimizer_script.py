@@ -79,7 +79,7 @@ def optimizer_for(case: str, model, steps: int):
         return torch.optim.RMSprop(params, lr=0.01, momentum=0.5, centered=True), None, None
     if case == "lamb":
         return Lamb(params, lr=0.02), None, None
-    if case in ("clip", "bn"):
+    if case in ("clip", "torch_clip", "bn"):
         return torch.optim.SGD(params, lr=0.5, momentum=0.9), None, None
     raise SystemExit(f"unknown case {case}")
 
@@ -108,6 +108,8 @@ def main() -> None:
         torch.nn.functional.cross_entropy(model(inputs[step][mine]), labels[step][mine]).backward()
         if args.case == "clip":
             geryon.clip_grad_norm_(optimizer, 0.05)
+        if args.case == "torch_clip":   # .grad must hold the averaged gradient (workers step)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
         optimizer.step()
         if scheduler is not None:
             scheduler.step()
