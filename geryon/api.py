@@ -206,20 +206,34 @@ def clip_grad_norm_(optimizer, max_norm: float, norm_type: float = 2.0):
 class GradientAverageSync:
     """PS mode without geryon's transport (no job secret or no servers: torchrun, Slurm).
 
-    Before each optimizer step the gradients are averaged across workers with one flat gloo
-    all_reduce: the same update a synchronous parameter server computes.
+    When backward ends, the gradients are averaged across workers with one flat gloo all_reduce:
+    the same update a synchronous parameter server computes, and .grad holds the average before
+    the user clips or steps (so torch.nn.utils.clip_grad_norm_ clips by the global norm).
     """
 
     def __init__(self, model, optimizer, job: JobContext):
         self.model, self.optimizer, self.job = model, optimizer, job
+        self._queued = False
 
     def attach(self) -> None:
-        """Start every worker from rank 0's parameters and hook the optimizer's step."""
+        """Start every worker from rank 0's parameters and hook the end of every backward pass."""
         import torch.distributed as dist
 
         for tensor in list(self.model.parameters()) + list(self.model.buffers()):
             dist.broadcast(tensor.data, src=0)
-        self.optimizer.register_step_pre_hook(lambda optimizer, args, kwargs: self.average_gradients())
+        for param in self.model.parameters():
+            param.register_post_accumulate_grad_hook(self._gradient_ready)
+
+    def _gradient_ready(self, param) -> None:
+        if not self._queued:
+            import torch
+
+            self._queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+
+    def _backward_done(self) -> None:
+        self._queued = False
+        self.average_gradients()
 
     def average_gradients(self) -> None:
         """Average the gradients of all workers in place (one flat all_reduce)."""

@@ -80,3 +80,35 @@ def test_torch_clipping_with_servers_stepping_is_refused(tmp_path):
     result = run_launcher(*PS, SCRIPT, "--case", "torch_clip", "--out", tmp_path / "x.pt", timeout=240)
     assert result.returncode != 0
     assert "optimizer.clip_grad_norm_(max_norm)" in result.stderr and "--ps-optimizer worker" in result.stderr
+
+
+def test_ps_mode_without_servers_clips_the_averaged_gradient(single):
+    """Under Slurm's variables alone (no launcher, no servers) ps mode averages with gloo when backward
+    ends, so torch's own clip_grad_norm_ sees the averaged gradient."""
+    import socket
+    import subprocess
+    import tempfile
+
+    from launch_support import clean_env
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory() as folder:
+        out = f"{folder}/torch_clip.pt"
+        processes = [subprocess.Popen(
+            [PYTHON, str(SCRIPT), "--case", "torch_clip", "--out", out], cwd=REPO, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS="2", SLURM_LOCALID=str(rank), GERYON_MODE="ps",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo"))
+            for rank in range(2)]
+        outputs = []
+        try:
+            for process in processes:
+                outputs.append(process.communicate(timeout=120))
+        finally:
+            for process in processes:
+                process.kill()
+                process.wait()
+        assert [p.returncode for p in processes] == [0, 0], outputs[0][1][-2000:] + outputs[1][1][-2000:]
+        _assert_same(_load(out), single("torch_clip"))

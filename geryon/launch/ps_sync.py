@@ -133,6 +133,8 @@ class ParameterServerSync:
 
         self.model.register_forward_pre_hook(self._first_forward, with_kwargs=True, prepend=True)
         self.model.register_forward_pre_hook(lambda module, args: self.buffers.before_forward(), prepend=True)
+        # a pull still under way would overwrite what model.load_state_dict() writes
+        self.model.register_load_state_dict_pre_hook(lambda *args: self.wait_all())
         self.model.register_load_state_dict_post_hook(self._model_loaded)
         # model.state_dict() right after step() would otherwise hold the previous parameters
         self.model.register_state_dict_pre_hook(lambda *args: self.wait_all())

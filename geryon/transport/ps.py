@@ -64,6 +64,10 @@ class _ServerShard:
         self.dtype_code = dtype_code(self.param.dtype)
         self.group = group
         self.optimizer = None if spec.mean_only or group < 0 else spec.build(group, self.param)
+        # the class's own step without Optimizer's per-call profiler range and hook loop (no hooks
+        # are registered on a server's optimizers; that wrapper cost ~0.5 ms per slice)
+        step = type(self.optimizer).step if self.optimizer is not None else None
+        self._step = getattr(step, "__wrapped__", None) if getattr(step, "hooked", False) else None
         self.version = 0
         self.arrived: set[int] = set()
         self.taken = False            # an update of `version` is under way
@@ -93,7 +97,10 @@ class _ServerShard:
             apply_hyper(self.optimizer, spec.groups[self.group], plan.hyper, offsets[self.group])
         self.param.grad = grad
         try:
-            self.optimizer.step()
+            if self._step is not None:
+                self._step(self.optimizer)
+            else:
+                self.optimizer.step()
         finally:
             self.param.grad = None
 
