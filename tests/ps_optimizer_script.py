@@ -89,6 +89,9 @@ def main() -> None:
     parser.add_argument("--case", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--save-at", type=int, default=None, help="write a checkpoint after this many steps")
+    parser.add_argument("--checkpoint", default=None, help="where --save-at writes, --resume reads")
+    parser.add_argument("--resume", action="store_true", help="load --checkpoint before training")
     args = parser.parse_args()
     ctx = geryon.init()
     torch.manual_seed(7)
@@ -114,6 +117,12 @@ def main() -> None:
         if scheduler is not None:
             scheduler.step()
 
+    first = 0
+    if args.resume:   # before the first forward: the state travels with the servers' starting point
+        checkpoint = torch.load(args.checkpoint, weights_only=True)
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        first = checkpoint["steps"]
     if args.case == "checkpoint":   # save after 3 steps, train 2 more, load, redo them
         for step in range(3):
             train(step)
@@ -127,8 +136,12 @@ def main() -> None:
         for step in range(3, args.steps):
             train(step)
     else:
-        for step in range(args.steps):
+        for step in range(first, args.steps):
             train(step)
+            if step + 1 == args.save_at:
+                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "steps": step + 1}
+                if ctx.is_main:
+                    torch.save(state, args.checkpoint)
     state = model.module.state_dict() if hasattr(model, "module") else model.state_dict()
     if ctx.is_main:
         torch.save({k: v.detach().clone() for k, v in state.items()}, args.out)

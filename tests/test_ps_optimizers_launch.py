@@ -40,9 +40,9 @@ def single(tmp_path_factory):
     return result
 
 
-def _launch(tmp_path, case: str, *flags) -> tuple[dict, str]:
+def _launch(tmp_path, case: str, *flags, script_args=()) -> tuple[dict, str]:
     out = tmp_path / f"{case}.pt"
-    result = run_launcher(*flags, SCRIPT, "--case", case, "--out", out, timeout=240)
+    result = run_launcher(*flags, SCRIPT, "--case", case, "--out", out, *script_args, timeout=240)
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-3000:])
     return _load(out), result.stdout
 
@@ -112,3 +112,16 @@ def test_ps_mode_without_servers_clips_the_averaged_gradient(single):
                 process.wait()
         assert [p.returncode for p in processes] == [0, 0], outputs[0][1][-2000:] + outputs[1][1][-2000:]
         _assert_same(_load(out), single("torch_clip"))
+
+
+@pytest.mark.parametrize("flags", [[], ["--ps-optimizer", "worker"]], ids=["servers", "workers"])
+def test_resume_from_a_checkpoint_of_one_process(tmp_path, single, flags):
+    """A checkpoint one process wrote after 3 steps, loaded before the first forward, trains on alike."""
+    checkpoint = tmp_path / "three.ckpt"
+    run = run_stoppable([PYTHON, str(SCRIPT), "--case", "adam_amsgrad", "--out", str(tmp_path / "full.pt"),
+                         "--save-at", "3", "--checkpoint", str(checkpoint)], 120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "exp_avg" in str(torch.load(checkpoint, weights_only=True)["optimizer"]["state"][0].keys())
+    params, _ = _launch(tmp_path, "adam_amsgrad", *PS, *flags,
+                        script_args=("--resume", "--checkpoint", checkpoint))
+    _assert_same(params, single("adam_amsgrad"))
