@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from geryon.errors import ConfigError
-from geryon.launch.ps_optimizer import choose_update
+from geryon.runtime.ps_optimizer import choose_update
 from geryon.transport.config import TransportConfig
 from geryon.transport.ps import ParameterServer, PSWorker
 from geryon.transport.ps_optim import (STEP_HEADER, OptimizerSpec, check_groups, describe_optimizer,

@@ -525,7 +525,7 @@ class PSWorker(PoolOwner):
     def push_tensor(self, tensor: int, grad) -> None:
         """Queue the gradient shards of one tensor for iteration `self.iteration` (returns at once).
 
-        For pushing during backward, as each gradient becomes ready (geryon.launch.ps_sync): push
+        For pushing during backward, as each gradient becomes ready (geryon.runtime.ps_sync): push
         every tensor once per iteration, then advance with `self.iteration += 1` and `pull()`.
         `grad` must stay unchanged until the servers have it (the next pull completes).
         """

@@ -6,7 +6,7 @@
           `geryon.distribute` returns a `PSOptimizer` whose step() pushes and pulls;
   worker  anything else (LAMB, LARS, Adafactor, a subclass, a tensor learning rate): the servers
           average the gradients and every worker runs the user's own optimizer on the average, as
-          BytePS does (geryon.launch.ps_worker_step); the user's optimizer is returned unchanged.
+          BytePS does (geryon.runtime.ps_worker_step); the user's optimizer is returned unchanged.
 `--ps-optimizer server|worker` (GERYON_PS_OPTIMIZER) overrides `auto`; `server` for an optimizer
 the servers cannot run, LBFGS or SparseAdam fail here, naming the reason.
 

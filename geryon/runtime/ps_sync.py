@@ -1,8 +1,8 @@
 """PS mode inside a worker: the optimizer step becomes push gradients / pull parameters.
 
-`ParameterServerSync.attach()` returns a `PSOptimizer` (geryon.launch.ps_optimizer) that stands in
+`ParameterServerSync.attach()` returns a `PSOptimizer` (geryon.runtime.ps_optimizer) that stands in
 for the user's optimizer when the servers run it (an elementwise torch.optim class; otherwise the
-workers step, geryon.launch.ps_worker_step).
+workers step, geryon.runtime.ps_worker_step).
 Each gradient is pushed to the parameter servers as soon as backward has produced it (a
 post-accumulate-grad hook; geryon.transport's PSWorker sends each slice on its priority class's
 flow), so pushing overlaps the rest of backward, as in DDP; `step()` pushes what backward did not
@@ -17,28 +17,28 @@ tensor without one on every worker is left alone, as torch.optim does). Gradient
 backward produces them, so a change to .grad between backward and step() (clip_grad_norm_ from
 torch.nn.utils, a manual edit) cannot reach the servers: step() detects it and stops with an error
 instead of training differently. Buffers (BatchNorm statistics) are broadcast from worker 0 before
-every training forward, as DDP does (geryon.launch.ps_buffers).
+every training forward, as DDP does (geryon.runtime.ps_buffers).
 
 The overlap that priority is for: every module gets a forward pre-hook that waits only for its own
 parameters (`PSWorker.wait_param`), so layer 1 computes while later layers' parameters still
 arrive; urgent (early) layers are in class 0 and jump the queue.
 
 Setup happens on the model's first forward call (a pre-hook on the model), because the urgency
-ranking needs a sample input: rank parameters (geryon.launch.priorities), check every worker has
+ranking needs a sample input: rank parameters (geryon.runtime.priorities), check every worker has
 the same class assignment, then worker 0 publishes the servers' starting point in the job's store
 under `<prefix>ps/spec` -- the initial parameter values (torch.save bytes), the (class, urgency) of
-each tensor, the optimizer spec (JSON) and any optimizer state already loaded, in chunks the store accepts (geryon.launch.store_blobs) -- and every worker reads the servers' addresses
+each tensor, the optimizer spec (JSON) and any optimizer state already loaded, in chunks the store accepts (geryon.runtime.store_blobs) -- and every worker reads the servers' addresses
 (`<prefix>ps/server/<j>`), connects, and pulls version 0, so all workers start from worker 0's
 values whatever their own initialisation was.
 
-With --priority search (geryon.launch.search_sync) each step also times the iteration; when the
+With --priority search (geryon.runtime.search_sync) each step also times the iteration; when the
 search moves to another threshold, the switch happens right after that step, before the next
 forward: the worker waits for the pull it just asked for (every push of the iteration was
 applied, every parameter holds the new version), worker 0 publishes the new (class, urgency) per
 tensor under `<prefix>ps/switch/<n>` (every worker waits for it, so no server sees its workers
 leave before the switch is announced), every worker leaves the servers, and joins them again at
 `<prefix>ps/switch/<n>/server/<j>` with the new classes and the same iteration count. The servers
-(geryon.launch.server) rebuild their flows and shards from their current values, momentum and
+(geryon.runtime.server) rebuild their flows and shards from their current values, momentum and
 version, so no update is lost or applied twice.
 """
 
@@ -49,10 +49,10 @@ import logging
 import time
 
 from geryon.errors import ConfigError
-from geryon.launch import jobtransport
-from geryon.launch.priorities import decide_priorities, search_plan, tensor_priorities
-from geryon.launch.ps_buffers import BufferBroadcast
-from geryon.launch.store_blobs import get_blob, put_blob
+from geryon.runtime import jobtransport
+from geryon.runtime.priorities import decide_priorities, search_plan, tensor_priorities
+from geryon.runtime.ps_buffers import BufferBroadcast
+from geryon.runtime.store_blobs import get_blob, put_blob
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +104,10 @@ def decode_spec(data: bytes) -> dict:
 class ParameterServerSync:
     """A worker's side of PS training: setup on first forward, per-layer waits, push/pull steps."""
 
-    def __init__(self, model, optimizer, job, timeline=None, environ=None, spec=None):
+    def __init__(self, model, optimizer, job, timeline=None, spec=None):
         from geryon.transport.ps_optim import describe_optimizer
 
         self.model, self.optimizer, self.job, self.timeline = model, optimizer, job, timeline
-        self.env = environ
         self.params = list(model.parameters())
         for param in self.params:
             if param.device.type != "cpu" or not param.is_contiguous():
@@ -117,7 +116,7 @@ class ParameterServerSync:
         self.clip = None           # (max_norm, norm_type) asked for this step
         self.present = [False] * len(self.params)   # tensors with a gradient in this iteration
         self.buffers = BufferBroadcast(model)
-        self.checkpoints = None    # geryon.launch.ps_checkpoint.Checkpoints, once joined
+        self.checkpoints = None    # geryon.runtime.ps_checkpoint.Checkpoints, once joined
         self.worker = None
         self.grad_buffers = None
         self.pushed: set[int] = set()  # tensors pushed in this iteration
@@ -125,11 +124,11 @@ class ParameterServerSync:
         self.search = None
         self.config = None
         self.store = None
-        self.prefix = jobtransport.store_prefix(environ)
+        self.prefix = job.store_prefix
 
     def attach(self):
         """Hook the model (setup on first forward, per-layer waits); return the optimizer stand-in."""
-        from geryon.launch.ps_optimizer import PSOptimizer
+        from geryon.runtime.ps_optimizer import PSOptimizer
 
         self.model.register_forward_pre_hook(self._first_forward, with_kwargs=True, prepend=True)
         self.model.register_forward_pre_hook(lambda module, args: self.buffers.before_forward(), prepend=True)
@@ -167,19 +166,19 @@ class ParameterServerSync:
 
     def _set_up(self, args, kwargs) -> None:
         tracer = self.timeline.transfer if self.timeline else None
-        config = self.config = jobtransport.transport_config(self.env, tracer=tracer)
-        store = self.store = jobtransport.open_store(self.env)
+        config = self.config = jobtransport.transport_config(self.job, tracer=tracer)
+        store = self.store = jobtransport.open_store(self.job)
         job = self.job
         if job.priority == "search":
             self.search, priorities, how = search_plan(
-                self.model, args, kwargs, config.classes, store, self.prefix, job.rank, job.world_size,
-                {"mode": "ps", "policy": config.policy, "servers": job.servers}, self.env)
+                self.model, args, kwargs, config.classes, store, self.prefix, job,
+                {"mode": "ps", "policy": config.policy, "servers": job.servers})
             assignment = self.search.assignment
         else:
             assignment, priorities, how = decide_priorities(
                 self.model, args, kwargs, job.priority, config.classes, store, self.prefix, job.rank,
                 job.world_size)
-        from geryon.launch.ps_checkpoint import Checkpoints, current_states
+        from geryon.runtime.ps_checkpoint import Checkpoints, current_states
         from geryon.transport.ps_optim import describe_optimizer
 
         self.spec = describe_optimizer(self.optimizer, self.params)  # settings made since distribute()

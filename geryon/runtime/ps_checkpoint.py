@@ -16,7 +16,7 @@ Blobs are torch.save'd tensors and numbers, read with weights_only=True.
 
 import io
 
-from geryon.launch.store_blobs import get_blob, put_blob
+from geryon.runtime.store_blobs import get_blob, put_blob
 
 STATE_KEY = "ps/state/{rank}/{number}"
 LOAD_KEY = "ps/load/{number}"

@@ -1,7 +1,7 @@
 """PS mode with the workers stepping: the servers average gradients, every worker runs the optimizer.
 
 For optimizers the servers cannot run exactly on slices (LAMB, LARS, Adafactor, a subclass, ...;
-chosen by geryon.launch.ps_optimizer.choose_update, or `--ps-optimizer worker`), as BytePS does:
+chosen by geryon.runtime.ps_optimizer.choose_update, or `--ps-optimizer worker`), as BytePS does:
 the servers run `OptimizerSpec(MEAN)` -- a shard's value is the mean of the workers' gradients --
 and the user's optimizer itself is returned unchanged.
 
@@ -14,18 +14,18 @@ parameters: a tensor without a gradient on every worker keeps .grad None (an ext
 per-tensor "presence" tensor is averaged with the gradients), as torch.optim and DDP expect.
 Parameters start from worker 0's values (published in the store with the servers' spec) and stay
 equal because every worker applies the same update to the same gradients. Buffers follow DDP's
-convention (geryon.launch.ps_buffers).
+convention (geryon.runtime.ps_buffers).
 """
 
 import atexit
 import logging
 
 from geryon.errors import ConfigError
-from geryon.launch import jobtransport
-from geryon.launch.priorities import decide_priorities
-from geryon.launch.ps_buffers import BufferBroadcast
-from geryon.launch.ps_sync import SPEC_KEY, decode_spec, encode_spec, server_key
-from geryon.launch.store_blobs import get_blob, put_blob
+from geryon.runtime import jobtransport
+from geryon.runtime.priorities import decide_priorities
+from geryon.runtime.ps_buffers import BufferBroadcast
+from geryon.runtime.ps_sync import SPEC_KEY, decode_spec, encode_spec, server_key
+from geryon.runtime.store_blobs import get_blob, put_blob
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +33,8 @@ log = logging.getLogger(__name__)
 class WorkerStepSync:
     """A worker's side of PS training where the servers average and the workers step."""
 
-    def __init__(self, model, optimizer, job, timeline=None, environ=None):
+    def __init__(self, model, optimizer, job, timeline=None):
         self.model, self.optimizer, self.job, self.timeline = model, optimizer, job, timeline
-        self.env = environ
         self.params = list(model.parameters())
         for param in self.params:
             if param.device.type != "cpu" or not param.is_contiguous():
@@ -78,10 +77,10 @@ class WorkerStepSync:
         from geryon.transport.ps_optim import MEAN, OptimizerSpec
 
         tracer = self.timeline.transfer if self.timeline else None
-        config = jobtransport.transport_config(self.env, tracer=tracer)
-        store = jobtransport.open_store(self.env)
-        prefix = jobtransport.store_prefix(self.env)
         job = self.job
+        config = jobtransport.transport_config(job, tracer=tracer)
+        store = jobtransport.open_store(job)
+        prefix = job.store_prefix
         _assignment, priorities, _how = decide_priorities(
             self.model, args, kwargs, job.priority, config.classes, store, prefix, job.rank,
             job.world_size)
