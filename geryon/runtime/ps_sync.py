@@ -38,7 +38,7 @@ applied, every parameter holds the new version), worker 0 publishes the new (cla
 tensor under `<prefix>ps/switch/<n>` (every worker waits for it, so no server sees its workers
 leave before the switch is announced), every worker leaves the servers, and joins them again at
 `<prefix>ps/switch/<n>/server/<j>` with the new classes and the same iteration count. The servers
-(geryon.runtime.server) rebuild their flows and shards from their current values, momentum and
+(geryon.runtime.server) rebuild their flows and shards from their current values, optimizer state and
 version, so no update is lost or applied twice.
 """
 
