@@ -18,14 +18,11 @@ model's current parameters) to them. clip_grad_norm_() asks the servers to clip 
 gradient by its global norm at this step.
 """
 
-import logging
 from collections import OrderedDict
 
 import torch
 
 from geryon.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 UPDATE_MODES = ("auto", "server", "worker")
 

@@ -52,7 +52,7 @@ from geryon.errors import ConfigError
 from geryon.runtime import jobtransport
 from geryon.runtime.priorities import decide_priorities, search_plan, tensor_priorities
 from geryon.runtime.ps_buffers import BufferBroadcast
-from geryon.runtime.store_blobs import get_blob, put_blob
+from geryon.runtime.store_blobs import put_blob
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ convention (geryon.runtime.ps_buffers).
 """
 
 import atexit
-import logging
 
 from geryon.errors import ConfigError
 from geryon.runtime import jobtransport
@@ -26,8 +25,6 @@ from geryon.runtime.priorities import decide_priorities
 from geryon.runtime.ps_buffers import BufferBroadcast
 from geryon.runtime.ps_sync import SPEC_KEY, decode_spec, encode_spec, server_key
 from geryon.runtime.store_blobs import get_blob, put_blob
-
-log = logging.getLogger(__name__)
 
 
 class WorkerStepSync:
