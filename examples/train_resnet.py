@@ -124,19 +124,6 @@ def save_checkpoint(path: str, step: int, model, optimizer, scheduler) -> None:
     os.replace(path + ".tmp", path)
 
 
-def clip_gradients(model, optimizer, max_norm: float):
-    """Clip by the global norm of the (averaged) gradient; the norm, or None where it is not known here.
-
-    With DDP the gradients are averaged when backward returns, so torch's own function is exact.
-    In --mode ps the gradients live on the servers: geryon.clip_grad_norm_ (where this geryon has
-    it, issue 14) has them clip the average there.
-    """
-    clip = getattr(geryon, "clip_grad_norm_", None)
-    if clip is not None:
-        return clip(optimizer, max_norm)
-    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-
-
 def accuracy(model: nn.Module, images, labels) -> float:
     model.eval()
     with torch.no_grad():
@@ -223,7 +210,8 @@ def main(argv=None) -> None:
                 loss = F.cross_entropy(model(images[mine]), labels[mine]) / args.grad_accum
                 loss.backward()
             total += loss.item()
-        norm = clip_gradients(model, optimizer, args.clip)
+        # by the global norm of the averaged gradient; in --mode ps the servers clip (norm None here)
+        norm = geryon.clip_grad_norm_(optimizer, args.clip)
         optimizer.step()
         scheduler.step()
         done = step + 1

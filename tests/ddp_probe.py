@@ -55,7 +55,9 @@ def chunk(tensor, rank: int, world: int):
 def build(feature: str) -> tuple[nn.Module, torch.optim.Optimizer, dict]:
     torch.manual_seed(0)
     model = Probe()
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.0 if feature == "unused" else 0.9)
+    # unused: momentum and weight decay must skip a parameter without gradient, as torch's SGD does
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9,
+                                weight_decay=0.01 if feature == "unused" else 0.0)
     options = {"join": {"bucket_cap_mb": 0.0001},  # several buckets of both classes for the joined worker
                "unused": {"find_unused_parameters": True}, "static_graph": {"static_graph": True},
                "bucket_options": {"gradient_as_bucket_view": True, "bucket_cap_mb": 0.001,

@@ -122,11 +122,15 @@ def test_plain_torchrun_gives_the_same_state_as_geryon(allreduce, single, tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="PS mode runs AdamW with parameter groups, schedules and clipping on the servers "
-                          "only with issue 14 (branch psopt), not yet in main; until then distribute() "
-                          "refuses AdamW in --mode ps", strict=False)
-def test_ps_gives_the_single_process_parameters(single, tmp_path):
-    result = run_launcher("--local", "--nproc-per-node", str(WORKERS), "--mode", "ps", "--servers", "2", SCRIPT,
-                          *ARGS, "--out", tmp_path / "final.pt", timeout=240)
+def test_ps_gives_the_single_process_parameters_and_resumes(single, tmp_path):
+    """AdamW (two groups) on the servers, the schedule reaching them, clipping of the averaged gradient
+    (geryon.clip_grad_norm_), and optimizer state gathered into / restored from a checkpoint."""
+    ps = ["--local", "--nproc-per-node", str(WORKERS), "--mode", "ps", "--servers", "2", SCRIPT, *ARGS]
+    result = run_launcher(*ps, "--out", tmp_path / "final.pt", "--checkpoint-dir", tmp_path,
+                          "--checkpoint-every", "4", timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     assert parameters(tmp_path / "final.pt") == pytest.approx(parameters(single), rel=1e-4, abs=1e-5)
+    resumed = run_launcher(*ps, "--out", tmp_path / "resumed.pt", "--resume", tmp_path / "step-4.pt", timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert everything(tmp_path / "resumed.pt") == pytest.approx(everything(tmp_path / "final.pt"), rel=1e-4,
+                                                                abs=1e-5)
