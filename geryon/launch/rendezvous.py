@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 from geryon.errors import LaunchError
+from geryon.netnames import check_netns_name
 
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = "/var/run/netns"
@@ -62,7 +63,7 @@ def _create_in_netns(address: str, netns: str):
 def enter_netns_this_thread(netns: str) -> None:
     """Move the calling thread (only) into network namespace `netns`."""
     libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(os.path.join(NETNS_DIR, netns), os.O_RDONLY)
+    fd = os.open(os.path.join(NETNS_DIR, check_netns_name(netns)), os.O_RDONLY)
     try:
         if libc.setns(fd, CLONE_NEWNET) != 0:
             errno = ctypes.get_errno()
