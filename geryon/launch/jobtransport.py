@@ -83,14 +83,20 @@ def store_prefix(environ=None) -> str:
 
 
 def open_store(environ=None):
-    """A client of the job's TCPStore (the launcher's, or torchrun's agent store) at MASTER_ADDR:PORT."""
+    """A client of the job's TCPStore (the launcher's, or torchrun's agent store) at MASTER_ADDR:PORT,
+    its values signed and verified with the job secret (geryon.transport.signed_store)."""
     from torch.distributed import TCPStore
+
+    from geryon.transport.signed_store import SignedStore
 
     env = os.environ if environ is None else environ
     address, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
     if not address or not port:
         raise ConfigError("geryon's transport needs the job's store: MASTER_ADDR and MASTER_PORT are not set")
-    return TCPStore(address, int(port), is_master=False, wait_for_workers=False, timeout=STORE_TIMEOUT)
+    if not env.get("GERYON_JOB_SECRET"):
+        raise ConfigError("geryon's transport needs the job secret (GERYON_JOB_SECRET) to read the store")
+    return SignedStore(TCPStore(address, int(port), is_master=False, wait_for_workers=False,
+                                timeout=STORE_TIMEOUT), env["GERYON_JOB_SECRET"])
 
 
 def listen_host(environ=None) -> str:
