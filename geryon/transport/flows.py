@@ -42,6 +42,7 @@ TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
 MAX_PENDING_HANDSHAKES = 64
 MAX_PENDING_PER_SOURCE = 8      # handshakes at once from one address: one host cannot fill the slots
 HANDSHAKE_TIMEOUT_S = 10.0      # the whole handshake (not each read), capped by the config's timeout
+SLOT_WAIT_S = 1.0               # how long a dialer for a busy slot waits for the old connection to end
 _ACCEPT_RETRY_S = 0.1           # after accept() failed for lack of descriptors or buffers
 _DIAL_BACKOFF_S = (0.05, 1.0)   # first and longest pause between handshake attempts
 _POLL = 0.2
@@ -407,11 +408,17 @@ class FlowPool:
         name = self.peer_name(identity.peer_id, identity.class_index)
         if self.accept_peers is not None and identity.peer_id not in self.accept_peers:
             raise ProtocolError(f"{self.peer_label} {identity.peer_id} is not expected here")
+        def busy() -> bool:
+            old = self.flows.get(key)
+            return key in self._reserved or (old is not None and old.active)
+
         with self.cond:
+            # a reconnecting peer may race the end of its old connection (its BYE or EOF is still
+            # in flight): give that a moment before refusing
+            self.cond.wait_for(lambda: not busy() or self.closed, timeout=SLOT_WAIT_S)
             if self.closed:
                 raise ProtocolError(f"{name}: this {self.peer_label} pool is closing")
-            old = self.flows.get(key)
-            if key in self._reserved or (old is not None and old.active):
+            if busy():
                 raise ProtocolError(f"{name} connected twice (that flow is already up)")
             self._reserved.add(key)
 
@@ -420,6 +427,7 @@ class FlowPool:
             return
         with self.cond:
             self._reserved.discard((identity.peer_id, identity.class_index))
+            self.cond.notify_all()
 
     def _register(self, sock, peer_id, index, name) -> None:
         with self.cond:

@@ -141,6 +141,15 @@ class ParameterServer(PoolOwner):
             if everyone:
                 return
 
+    def peer_left(self, flow) -> None:
+        self._forget_pulls(flow.peer_id)
+
+    def _forget_pulls(self, worker: int) -> None:
+        """Drop a gone connection's pending PULLs: a later connection under that id did not ask."""
+        for state in self.shards.values():
+            with state.lock:
+                state.waiting_pulls.pop(worker, None)
+
     def flow_failed(self, flow, exc: TransportError) -> None:
         """A worker's connection broke: tell every other worker, so none waits for the timeout.
 
@@ -148,6 +157,7 @@ class ParameterServer(PoolOwner):
         failure of a connection whose worker never joined (sent the plan digest): a stray or
         hostile client cannot end the job.
         """
+        self._forget_pulls(flow.peer_id)
         if isinstance(exc, ProtocolError) or flow.peer_id not in self.joined or flow.peer_done \
                 or flow.peer_id in self.pool.left or self.pool.closed:
             return
@@ -173,6 +183,8 @@ class ParameterServer(PoolOwner):
             raise ProtocolError(f"{header.kind.name} frame from {flow.name}; servers take PUSH only")
         state = self._shard_for(flow, header)
         worker = flow.peer_id
+        if worker not in self.joined:
+            raise ProtocolError(f"{flow.name} pushed before agreeing on the shard plan (PLAN digest)")
         with state.lock:
             if header.iteration != state.version:
                 raise ProtocolError(f"{flow.name} pushed iteration {header.iteration} of tensor "
@@ -202,12 +214,12 @@ class ParameterServer(PoolOwner):
 
     def control(self, flow, header, payload: bytes) -> None:
         if header.kind == Kind.PLAN:
-            flow.send((-1,), encode_control(Kind.PLAN, self.digest, job_id=self.config.job_id))
             if payload != self.digest:
                 log.warning("%s has another shard plan than server %d", flow.name, self.index)
             else:
-                with self.pool.cond:
+                with self.pool.cond:   # before the answer: the worker pushes once it has it
                     self.joined.add(flow.peer_id)
+            flow.send((-1,), encode_control(Kind.PLAN, self.digest, job_id=self.config.job_id))
             return
         if header.kind != Kind.PULL:
             raise ProtocolError(f"unexpected {header.kind.name} control frame from {flow.name}")
