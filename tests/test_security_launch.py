@@ -30,10 +30,13 @@ def test_non_finite_timeout_is_rejected(value, tmp_path):
 
 
 def test_transport_timeout_nan_is_rejected():
+    from geryon.runtime.env import RankEnv
     from geryon.transport.config import TransportConfig
 
     with pytest.raises(ConfigError):
         TransportConfig(secret="s", timeout=float("nan"))
+    with pytest.raises(ConfigError):
+        RankEnv.from_environ({"GERYON_TRANSPORT_TIMEOUT": "nan"})
 
 
 @pytest.mark.parametrize("name", ["a/b", "../etc", "..", ".", "x\n", "", "-n", "a b", "x" * 65])

@@ -6,7 +6,8 @@ from datetime import timedelta
 import pytest
 
 from geryon.errors import AuthenticationError
-from geryon.launch import jobtransport
+from geryon.runtime import jobtransport
+from geryon.runtime.env import RankEnv
 from geryon.launch.rendezvous import hosted_store
 
 SECRET = "rendezvous-secret"
@@ -26,8 +27,9 @@ def test_local_store_listens_on_loopback_address_only():
         assert not _reachable("127.0.0.2", port), "the store answers on an address it was not given"
 
 
-def _rank_env(port: int, secret: str = SECRET) -> dict:
-    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GERYON_JOB_SECRET": secret}
+def _rank_env(port: int, secret: str = SECRET) -> RankEnv:
+    return RankEnv.from_environ({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                                 "GERYON_JOB_SECRET": secret})
 
 
 def test_values_written_without_the_secret_are_refused():

@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+from geryon import envvars
 from geryon.netconf.classes import PriorityClass
 from geryon.netconf.plan import QueuePlan
 from geryon.netnames import check_ifname, check_netns_name
@@ -21,7 +22,7 @@ _ROOT_NETNS = "-"
 
 def state_dir() -> Path:
     """The directory holding every namespace's sidecars."""
-    return Path(os.environ.get("GERYON_STATE_DIR", "/run/geryon")) / "netconf"
+    return Path(os.environ.get(envvars.STATE_DIR, "/run/geryon")) / "netconf"
 
 
 def _state_path(dev: str, netns: str | None) -> Path:

@@ -114,7 +114,7 @@ def dial_handshake(sock: socket.socket, peer: str, *, secret: bytes, job_id: int
     transcript = _transcript(job_id, my_id, class_index, listener_id, nonce_d, nonce_l, endpoints)
     if not hmac.compare_digest(listener_mac, _mac(secret, b"geryon-listener", transcript)):
         raise AuthenticationError(f"{peer} does not know this job's secret, or the connection is relayed "
-                                  "(the endpoints differ); check GERYON_SECRET and the rendezvous addresses")
+                                  "(the endpoints differ); every rank needs the same job secret; check the rendezvous addresses")
     if expected_listener is not None and listener_id != expected_listener:
         raise ProtocolError(f"{peer} is rank {listener_id}, expected rank {expected_listener}: "
                             "check the rendezvous addresses")
