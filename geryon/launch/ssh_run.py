@@ -4,8 +4,8 @@ Every host is connected to (and its key checked against known_hosts) before any 
 unknown or changed host key is a HostKeyError, never silently accepted. Each rank is one exec
 channel running `cd CWD && read SECRET && exec env VARS... PYTHON SCRIPT ARGS`: the job secret is
 never on a command line (which `ps` shows every user of the host, and sshd may log); the launcher
-writes it as the first line of the channel's stdin, and the shell exports it. The remote shell first reports its
-PID, which sshd made a session (and process group) leader, so stopping a rank is `kill -SIG -- -PID`
+writes it as the first line of the channel's stdin, and the shell exports it. The remote shell first
+reports its PID, which sshd made a session (and process group) leader, so stopping a rank is `kill -SIG -- -PID`
 on the same connection. The launcher hosts the TCPStore; ranks dial the address the launcher has
 toward the first host.
 """

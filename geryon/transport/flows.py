@@ -11,8 +11,15 @@ The handler (allreduce or PS) implements:
     destination(flow, header) -> memoryview   (raise ProtocolError to reject the frame)
     delivered(flow, header)                   (payload is in place)
     control(flow, header, payload)            (PLAN / PULL frames)
+    peer_left(flow), flow_failed(flow, exc)   (optional; a peer said BYE, a connection broke)
 A frame that fails validation closes that connection with a logged reason; the pool records the
 failure per peer so that every wait on that peer raises a TransportError naming it.
+
+Before authentication nobody is trusted: a listener runs at most MAX_PENDING_HANDSHAKES handshakes at
+once and MAX_PENDING_PER_SOURCE from one address, each with one deadline for the whole exchange; an
+accept() error (out of descriptors or buffers) is retried, never ends the listener. A dialer whose
+handshake is dropped retries with backoff until the timeout. A (peer, class) slot is reserved before
+ACCEPT, so a duplicate is refused with a REJECT; a slot whose peer said BYE can be taken again.
 """
 
 from __future__ import annotations

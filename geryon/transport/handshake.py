@@ -99,7 +99,7 @@ def _expect(sock, buffer, peer, job_id, kind: Kind, deadline: float) -> bytes:
 def dial_handshake(sock: socket.socket, peer: str, *, secret: bytes, job_id: int, my_id: int,
                    class_index: int, expected_listener: int | None = None,
                    timeout: float | None = None) -> int:
-    """Authenticate as the dialing side within `timeout` (default: the socket's); returns the listener's id."""
+    """Authenticate as the dialing side within `timeout` (default: the socket's); returns the listener id."""
     deadline = _deadline(sock, timeout)
     previous = sock.gettimeout()
     buffer = bytearray(HEADER_SIZE)
@@ -114,7 +114,8 @@ def dial_handshake(sock: socket.socket, peer: str, *, secret: bytes, job_id: int
     transcript = _transcript(job_id, my_id, class_index, listener_id, nonce_d, nonce_l, endpoints)
     if not hmac.compare_digest(listener_mac, _mac(secret, b"geryon-listener", transcript)):
         raise AuthenticationError(f"{peer} does not know this job's secret, or the connection is relayed "
-                                  "(the endpoints differ); every rank needs the same job secret; check the rendezvous addresses")
+                                  "(the endpoints differ): every rank needs the same job secret; check "
+                                  "the rendezvous addresses")
     if expected_listener is not None and listener_id != expected_listener:
         raise ProtocolError(f"{peer} is rank {listener_id}, expected rank {expected_listener}: "
                             "check the rendezvous addresses")
