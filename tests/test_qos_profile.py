@@ -124,3 +124,14 @@ def test_cli_render_profile_error_is_typed(tmp_path, capsys):
     bad = write(tmp_path, TOML.replace("dscp = [0]\nqueue = 1", "dscp = [46]\nqueue = 1"))
     assert main(["netconf", "render", "--profile", str(bad), "--target", "sonic"]) == 1
     assert "DSCP 46 is in both" in capsys.readouterr().err
+
+
+def test_shipped_examples_load():
+    from pathlib import Path
+    from geryon.cluster.inventory import load_inventory
+    root = Path(__file__).resolve().parents[1] / "cluster"
+    inventory = load_inventory(root / "lab.toml")
+    assert inventory.profile.name == "geryon-3" and inventory.switches[0].kind == "sonic"
+    assert inventory.port_toward("node2")[1] == "Ethernet4"
+    for target in ("sonic", "eos", "nxos", "nvue", "junos", "openconfig", "linux"):
+        render(load_profile(root / "profiles" / "three-class.toml"), target)

@@ -39,6 +39,7 @@ def add_commands(commands, bench) -> None:
     apply.set_defaults(func=_apply, dev=None)  # no default device: never the machine's own eth0 by accident
 
     qos_cli.add_render(sub)
+    qos_cli.add_restore(sub)
 
     remove = sub.add_parser("remove", help="delete an interface's root qdisc (back to the kernel default)")
     _add_device_options(remove)

@@ -46,6 +46,41 @@ def add_apply_options(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
+def add_restore(sub) -> None:
+    """Register `geryon netconf restore` (Linux targets: back to the state saved before the first apply)."""
+    parser = sub.add_parser("restore", help="put a Linux target's devices back as they were before `apply`")
+    parser.add_argument("--target", required=True, help="linux@[USER@]HOST[:PORT]")
+    parser.add_argument("--ports", required=True, help="devices, e.g. eth1,eth2")
+    parser.add_argument("--known-hosts", default=None)
+    parser.add_argument("--key", default=None)
+    parser.add_argument("--python", default="python3")
+    parser.add_argument("--json", action="store_true")
+    parser.set_defaults(func=cmd_restore)
+
+
+def cmd_restore(args) -> int:
+    from geryon.netconf.linuxapply import restore_linux
+    from geryon.netconf.remote import Endpoint, SshShell
+
+    endpoint = Endpoint.parse(args.target, args.key)
+    if endpoint.kind != "linux":
+        raise ConfigError("restore is for linux targets; switches roll back with their own checkpoints")
+    with SshShell(endpoint, args.known_hosts) as shell:
+        result = restore_linux(endpoint, shell, _ports(args.ports), python=args.python)
+    _print_result(result, args.json)
+    return 0
+
+
+def _print_result(result, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result.as_dict(), indent=2))
+        return
+    for line in result.diff:
+        print(line)
+    for step in result.steps:
+        print(f"# {step}")
+
+
 def cmd_render(args) -> int:
     profile = resolve_profile(args.profile, args.classes, args.rate, _ports(args.ports))
     rendering = render(profile, args.target, args.format)
@@ -75,13 +110,7 @@ def cmd_apply_profile(args) -> int:
     else:
         from geryon.netconf.session import run_session
         result = run_session(profile, endpoint, args.dry_run, args.known_hosts)
-    if args.json:
-        print(json.dumps(result.as_dict(), indent=2))
-    else:
-        for line in result.diff:
-            print(line)
-        for step in result.steps:
-            print(f"# {step}")
+    _print_result(result, args.json)
     return 0
 
 

@@ -6,12 +6,15 @@ presents another key is refused (HostKeyError) before a single command runs. Not
 commands mean; `linuxapply` and `session` do.
 """
 
+import logging
 import os
 import re
 import shlex
 from dataclasses import dataclass
 
 from geryon.errors import ConfigError, HostKeyError, RemoteError
+
+logging.getLogger("paramiko").setLevel(logging.WARNING)  # its INFO lines would drown the report
 
 CONNECT_TIMEOUT_S = 10.0
 COMMAND_TIMEOUT_S = 120.0
@@ -121,6 +124,13 @@ class SshShell:
         if rc != 0:
             raise RemoteError(f"{self.endpoint.address}: `{command}` exited {rc}: {err.strip() or out.strip()}")
         return out
+
+    def start(self, command: str, timeout: float = COMMAND_TIMEOUT_S):
+        """Start `command` without waiting: (stdin, stdout, stderr) paramiko files to talk to it."""
+        try:
+            return self._client.exec_command(command, timeout=timeout)
+        except Exception as exc:  # paramiko.SSHException and socket errors
+            raise RemoteError(f"{self.endpoint.address}: cannot start `{command}`: {exc}") from None
 
     def close(self) -> None:
         self._client.close()

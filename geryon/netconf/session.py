@@ -212,8 +212,8 @@ def _execute(rendering: Rendering, endpoint: Endpoint, shell, result: ApplyResul
             shell.run(command, step.stdin)
             result.steps.append(step.name)
         result.rolled_back = True
-        raise ApplyError(f"applying to {endpoint.address} failed: {exc}; rolled back with "
-                         f"{'; '.join(s.command for s in session.rollback)}") from exc
+        undo = "; ".join(" ".join([s.command, *(s.stdin or "").split("\n")]).strip() for s in session.rollback)
+        raise ApplyError(f"applying to {endpoint.address} failed: {exc}; rolled back with `{undo}`") from exc
 
 
 def _latest_revision(history: str) -> str | None:

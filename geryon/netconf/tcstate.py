@@ -10,6 +10,7 @@ offset 1) are restored through pyroute2 on the host, so the dump afterwards is b
 """
 
 import json
+import shlex
 from dataclasses import dataclass, field
 
 from geryon.errors import ApplyError
@@ -113,9 +114,14 @@ class DeviceState:
                 lines.append(f"tc qdisc add dev {dev} {where} {kind}")
             else:
                 raise self._unsupported(f"qdisc {kind} under {qdisc['parent']}")
-        aligned = [f for f in self.filters if f["off"] % 4 == 0]
-        packed = [f for f in self.filters if f["off"] % 4 != 0]
-        for f in aligned:
+        packed: list = []  # in dump order: the kernel numbers u32 hash tables (800:, 801:) as they come
+        for f in self.filters:
+            if f["off"] % 4:
+                packed.append(f)
+                continue
+            if packed:
+                lines.append(_pyroute2_filters(dev, packed, python))
+                packed = []
             lines.append(f"tc filter add dev {dev} parent {f['parent']} protocol {f['protocol']} pref {f['pref']} "
                          f"u32 match u32 0x{f['value']:08x} 0x{f['mask']:08x} at {f['off']} flowid {f['flowid']}")
         if packed:
@@ -165,7 +171,7 @@ def _pyroute2_filters(dev: str, filters: list, python: str) -> str:
               "for f in json.loads(sys.argv[2]):\n"
               " ipr.tc('add-filter','u32',index=i,parent=h(f['parent']),prio=f['pref'],protocol=f['proto'],"
               "target=h(f['flowid']),keys=[f['key']])\n")
-    return f"{python} -c {json.dumps(script)} {dev} '{json.dumps(specs)}'"
+    return f"{python} -c {shlex.quote(script)} {dev} {shlex.quote(json.dumps(specs))}"
 
 
 def _qdisc_line(q: dict) -> str:
