@@ -9,7 +9,8 @@ GOLDEN = Path(__file__).parent / "golden" / "qos"
 PROFILES = {"2": "two-class", "4": "four-class"}
 PORTS = {"linux": ["eth1"], "sonic": ["Ethernet0", "Ethernet4"], "openconfig": ["Ethernet0"],
          "eos": ["Ethernet1"], "nxos": ["Ethernet1/1"], "nvue": [], "junos": ["xe-0/0/0"]}
-CASES = [(t, n, fmt) for t in TARGETS for n in PROFILES for fmt in (("native", "yang") if t == "sonic" else ("native",))]
+CASES = [(t, n, fmt) for t in TARGETS for n in PROFILES
+         for fmt in (("native", "yang") if t == "sonic" else ("native",))]
 
 
 def golden_path(target: str, count: str, fmt: str) -> Path:

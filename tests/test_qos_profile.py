@@ -106,7 +106,8 @@ def test_target_limits_strict_queues_and_weights():
             render(two_strict, target)
     assert render(two_strict, "sonic").data["SCHEDULER"]["GERYON_Q6"] == {"type": "STRICT"}
     lopsided = validate_profile(QosProfile("y", (QosClass("a", (46,), 7, "strict"),
-                                                 *(QosClass(f"w{i}", (i + 1,), 6 - i, "weighted", 100) for i in range(5)),
+                                                 *(QosClass(f"w{i}", (i + 1,), 6 - i, "weighted", 100)
+                                                   for i in range(5)),
                                                  QosClass("z", (0,), 0, "weighted", 1)), "z"))
     with pytest.raises(TargetLimitError, match="below 1% of the total"):
         check_target(lopsided, target_module("nxos").LIMITS)

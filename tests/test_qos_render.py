@@ -11,7 +11,7 @@ import pytest
 
 from qos_golden import CASES, golden_path, rendering
 from geryon.errors import TargetLimitError
-from geryon.netconf.profile import QosClass, QosProfile, builtin_profile, validate_profile
+from geryon.netconf.profile import QosClass, QosProfile, validate_profile
 from geryon.netconf.render import render
 
 YANG = Path(__file__).resolve().parents[1] / ".." / "shared" / "yang"
@@ -50,8 +50,10 @@ def test_eos_syntax_and_sand_queue7_hazard():
     assert re.search(r"qos profile GERYON\n   qos trust dscp\n   tx-queue 6\n      priority strict\n", text)
     assert "   tx-queue 0\n      no priority\n      bandwidth percent 100\n" in text
     assert "interface Ethernet1\n   service-profile GERYON\n" in text
-    assert all(len(line.split(" to ")[0].split()) <= 3 + 8 for line in text.splitlines() if line.startswith("qos map dscp"))
-    taken = validate_profile(QosProfile("t", (QosClass("a", (46,), 7, "strict"), QosClass("b", (26,), 6, "weighted", 50),
+    maps = [line for line in text.splitlines() if line.startswith("qos map dscp")]
+    assert all(len(line.split(" to ")[0].split()) <= 3 + 8 for line in maps)
+    taken = validate_profile(QosProfile("t", (QosClass("a", (46,), 7, "strict"),
+                                              QosClass("b", (26,), 6, "weighted", 50),
                                               QosClass("c", (0,), 0, "weighted", 50)), "c"))
     with pytest.raises(TargetLimitError, match="queue 7 is reserved"):
         render(taken, "eos")
@@ -68,7 +70,8 @@ def test_nxos_syntax_and_percentages_sum_to_100():
     assert len(shares) == 7 and sum(shares) == 100
     assert text.count("class type queuing") == 8
     odd = validate_profile(QosProfile("o", (QosClass("a", (46,), 7, "strict"), QosClass("b", (26,), 5, "weighted", 1),
-                                            QosClass("c", (10,), 3, "weighted", 1), QosClass("d", (0,), 0, "weighted", 1)), "d"))
+                                            QosClass("c", (10,), 3, "weighted", 1),
+                                            QosClass("d", (0,), 0, "weighted", 1)), "d"))
     assert sum(int(n) for n in re.findall(r"remaining percent (\d+)", render(odd, "nxos").text)) == 100
 
 

@@ -14,10 +14,14 @@ from geryon.netconf.tcstate import SEPARATOR, parse_state, plan_canonical, tc_ra
 QDISCS = ('[{"kind":"htb","handle":"1:","root":true,"refcnt":3,"options":{"r2q":10,"default":"0x11",'
           '"direct_packets_stat":0,"direct_qlen":1000}},{"kind":"pfifo","handle":"10:","parent":"1:10",'
           '"options":{"limit":1000}},{"kind":"pfifo","handle":"11:","parent":"1:11","options":{"limit":1000}}]')
-CLASSES = """class htb 1:11 parent 1:1 leaf 11: prio 1 quantum 15140 rate 1Mbit ceil 100Mbit linklayer ethernet burst 1600b/1 mpu 0b cburst 1600b/1 mpu 0b level 0
-class htb 1:10 parent 1:1 leaf 10: prio 0 quantum 15140 rate 99Mbit ceil 100Mbit linklayer ethernet burst 1584b/1 mpu 0b cburst 1600b/1 mpu 0b level 0
-class htb 1:1 root rate 100Mbit ceil 100Mbit linklayer ethernet burst 1600b/1 mpu 0b cburst 1600b/1 mpu 0b level 7
-"""
+CLASSES = "".join(line + "\n" for line in (
+    "class htb 1:11 parent 1:1 leaf 11: prio 1 quantum 15140 rate 1Mbit ceil 100Mbit linklayer ethernet b"
+    "urst 1600b/1 mpu 0b cburst 1600b/1 mpu 0b level 0",
+    "class htb 1:10 parent 1:1 leaf 10: prio 0 quantum 15140 rate 99Mbit ceil 100Mbit linklayer ethernet "
+    "burst 1584b/1 mpu 0b cburst 1600b/1 mpu 0b level 0",
+    "class htb 1:1 root rate 100Mbit ceil 100Mbit linklayer ethernet burst 1600b/1 mpu 0b cburst 1600b/1 "
+    "mpu 0b level 7",
+))
 FILTERS = ('[{"parent":"1:","protocol":"ip","pref":1,"kind":"u32","chain":0},{"parent":"1:","protocol":"ip",'
            '"pref":1,"kind":"u32","chain":0,"options":{"fh":"800::800","flowid":"1:10","match":{"value":"b8000000",'
            '"mask":"fc000000","offmask":"","off":1}}},{"parent":"1:","protocol":"ipv6","pref":2,"kind":"u32",'
@@ -62,7 +66,8 @@ def test_unknown_qdisc_is_refused_before_anything_changes():
     text = ('[{"kind":"cake","handle":"8001:","root":true,"options":{}}]' + f"\n{SEPARATOR}\n\n{SEPARATOR}\n[]")
     with pytest.raises(ApplyError, match="not something geryon can save and restore"):
         parse_state("eth0", text).check_restorable()
-    default = parse_state("eth0", '[{"kind":"noqueue","handle":"0:","root":true}]' + f"\n{SEPARATOR}\n\n{SEPARATOR}\n[]")
+    empty = f"\n{SEPARATOR}\n\n{SEPARATOR}\n[]"
+    default = parse_state("eth0", '[{"kind":"noqueue","handle":"0:","root":true}]' + empty)
     assert default.canonical() == ["qdisc kernel-default"] and len(default.restore_commands()) == 1
 
 

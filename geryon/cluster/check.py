@@ -7,7 +7,8 @@
    (Linux switches) are read before and after; each probe's bytes must land in its class.
 3. Contention: a flow of the highest class and one of the default class into the same receiver at the
    same time; the high class must take at least `HIGH_SHARE` of the bottleneck.
-Needs iperf3 on every host for the contention test (Debian package iperf3) and geryon importable by the inventory's `python`.
+Needs iperf3 on every host for the contention test (Debian package iperf3) and geryon importable by
+the inventory's `python`.
 """
 
 import json

@@ -101,7 +101,8 @@ def load_inventory(path: "str | Path") -> Inventory:
     defaults = data.get("defaults", {})
     unknown = set(data) - {"defaults", "host", "switch"}
     if unknown:
-        raise InventoryError(f"{path}: unknown table(s) {', '.join(sorted(unknown))}; use [defaults], [[host]], [[switch]]")
+        raise InventoryError(f"{path}: unknown table(s) {', '.join(sorted(unknown))}; "
+                             "use [defaults], [[host]], [[switch]]")
     profile_name = defaults.get("profile", "two-class")
     if profile_name not in ("two-class", "four-class") and not Path(profile_name).is_absolute():
         profile_name = str(base / profile_name)
