@@ -116,3 +116,11 @@ def test_endpoint_parsing():
     assert Endpoint.parse("linux@10.0.0.5").known_hosts_name == "10.0.0.5"
     with pytest.raises(Exception, match="KIND@HOST"):
         Endpoint.parse("10.0.0.5")
+
+
+def test_read_back_expectations_follow_each_platform_display():
+    from geryon.netconf.session import expected_lines
+    junos = expected_lines("junos", ["set a code-points [ 000000 000001 ]", "set b"])
+    assert junos == ["set a code-points 000000", "set a code-points 000001", "set b"]
+    eos = expected_lines("eos", ["qos map traffic-class 6 to tx-queue 6", "      priority strict", "   tx-queue 6"])
+    assert eos == ["   tx-queue 6"]

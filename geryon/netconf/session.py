@@ -68,6 +68,20 @@ class Session:
         return "\n".join(parts)
 
 
+def expected_lines(kind: str, lines: list[str]) -> list[str]:
+    """The rendered lines as the platform's running configuration shows them (what read-back must find)."""
+    if kind == "junos":  # `display set` shows one statement per element of a [ list ]
+        out = []
+        for line in lines:
+            head, bracket, rest = line.partition(" [ ")
+            out += [f"{head} {item}" for item in rest.rstrip(" ]").split()] if bracket else [line]
+        return out
+    if kind == "eos":  # strict priority and the identity tc -> tx-queue map are EOS defaults, not displayed
+        return [line for line in lines if line.strip() != "priority strict"
+                and not (line.startswith("qos map traffic-class ") and line.split()[3] == line.split()[-1])]
+    return lines
+
+
 def _script(lines) -> str:
     return "\n".join(lines) + "\n"
 
@@ -112,7 +126,7 @@ def build_session(profile: QosProfile, rendering: Rendering, running: dict | Non
                        readback=Step("read back", "show running-config"),
                        confirm=[Step("confirm", "Cli -p 15", _script([f"configure session {NAME} commit"]))],
                        rollback=[Step("roll back", "Cli -p 15", _script([f"configure session {NAME} abort"]))],
-                       expected=lines)
+                       expected=expected_lines(kind, lines))
     if kind == "junos":
         return Session(kind, save=[Step("save: configuration", "show configuration | display set")],
                        apply=[Step("apply with commit confirmed", "cli",
@@ -121,7 +135,7 @@ def build_session(profile: QosProfile, rendering: Rendering, running: dict | Non
                        confirm=[Step("confirm", "cli", _script(["configure private", "commit", "exit"]))],
                        rollback=[Step("roll back", "cli", _script(["configure private", "rollback 1", "commit",
                                                                    "exit"]))],
-                       expected=lines)
+                       expected=expected_lines(kind, lines))
     if kind == "nxos":
         return Session(kind, save=[Step("save: checkpoint", f"checkpoint {NAME}")],
                        apply=[Step("apply", "configure terminal", _script([*lines, "end"]))],
