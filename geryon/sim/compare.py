@@ -1,0 +1,94 @@
+"""Validate the simulator against measured rows of `geryon bench paper --json` (or its --out JSON).
+
+A measured row gives model, link, policy, workers, layout and iteration_s, and the emulation's
+scale: `time_scale` (compute = profile x time_scale; `compute_scale` is read too), `size_scale`
+(tensors = profile bytes x size_scale) and `bw_bits` (the emulated port rate). Scaling bytes and
+rate alike keeps transfer times, so the simulator replays the row at compute_scale = time_scale
+and a link of bw_bits / size_scale with full-size tensors; `slice_bytes` (scaled, like the
+tensors) and `servers` are used when present. Rows without iteration_s, or with a policy the
+simulator does not know (the `control-nolimit` row), are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+from geryon.errors import ConfigError
+from geryon.sim.paper import LINKS
+from geryon.sim.scenario import SimSetting, simulate
+from geryon.transport.policy import POLICIES
+
+
+def load_rows(path) -> list[dict]:
+    """Rows from a JSON array, an object with "rows", or JSON lines."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            data = [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path} is neither JSON nor JSON lines: {exc}") from None
+    if isinstance(data, dict):
+        data = data.get("rows", [data])
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise ConfigError(f"{path}: expected a list of row objects (bench paper --json)")
+    return data
+
+
+def setting_for(row: dict, base: SimSetting) -> SimSetting:
+    """The simulated setting that replays one measured row."""
+    size_scale = float(row.get("size_scale") or 1.0)
+    time_scale = float(row.get("time_scale") or row.get("compute_scale") or base.compute_scale)
+    bits = row.get("bw_bits") or LINKS.get(str(row.get("link", "")).lower(), base.bw_bps) * size_scale
+    slice_bytes = row.get("slice_bytes")
+    slice_params = (max(1, round(float(slice_bytes) / size_scale / 4)) if slice_bytes
+                    else base.slice_params)
+    return replace(base, model=str(row["model"]).lower(), link=row.get("link"),
+                   bw_bps=float(bits) / size_scale, workers=int(row.get("workers", base.workers)),
+                   servers=int(row["servers"]) if row.get("servers") else None,
+                   layout=str(row.get("layout", base.layout)), compute_scale=time_scale,
+                   slice_params=slice_params)
+
+
+def compare(rows: list[dict], base: SimSetting) -> tuple[list[dict], int]:
+    """Per measured row: simulated iteration time and relative error; and how many were skipped."""
+    out, skipped = [], 0
+    for row in rows:
+        if row.get("policy") not in POLICIES or not row.get("iteration_s") or not row.get("model"):
+            skipped += 1
+            continue
+        setting = setting_for(row, base)
+        sim = simulate(setting, row["policy"])
+        measured = float(row["iteration_s"])
+        out.append({"model": setting.model, "link": row.get("link"), "policy": row["policy"],
+                    "workers": setting.workers, "layout": setting.layout,
+                    "time_scale": setting.compute_scale, "size_scale": row.get("size_scale"),
+                    "measured_s": measured, "simulated_s": sim["iteration_s"],
+                    "analytic_s": sim["analytic_iteration_s"],
+                    "error": sim["iteration_s"] / measured - 1,
+                    "analytic_error": sim["analytic_iteration_s"] / measured - 1})
+    return out, skipped
+
+
+def summary(results: list[dict]) -> str:
+    """Per row, then mean |error| per policy and per worker count."""
+    lines = ["model     policy   workers layout     measured s  simulated s  error   analytic err"]
+    for r in results:
+        lines.append(f"{r['model']:9} {r['policy']:8} {r['workers']:7} {r['layout']:10} "
+                     f"{r['measured_s']:10.3f}  {r['simulated_s']:11.3f}  {100 * r['error']:+5.1f}%  "
+                     f"{100 * r['analytic_error']:+5.1f}%")
+    for key in ("policy", "workers"):
+        groups = defaultdict(list)
+        for r in results:
+            groups[r[key]].append(abs(r["error"]))
+        lines.append(f"mean |error| per {key}: " + ", ".join(
+            f"{k}: {100 * sum(v) / len(v):.1f}% (max {100 * max(v):.1f}%, n={len(v)})"
+            for k, v in sorted(groups.items(), key=lambda kv: str(kv[0]))))
+    return "\n".join(lines)
