@@ -10,8 +10,9 @@ first forward) and ends where the next one starts; only complete rounds count. P
     feed-forward  round start -> first push queued (Horovod: start of the first negotiation);
     idle (negotiation delay)  time after the first push with neither compute nor an own send
         queued or on the wire: waiting for parameters;
-Per tensor (over rounds): back-propagation window = next round start - last slice of the tensor's
-pulled parameter received (negative: it arrived after the next round began); reaction bandwidth =
+Per tensor (over rounds): back-propagation window = start of the round that reads the pulled
+version (round v reads version v) - last slice of it received (negative: it arrived after that
+round began); reaction bandwidth =
 bytes / window; immutable bandwidth worst case = bytes / (own push end - round start), best case
 = bytes / (time between two consecutive push ends of the tensor).
 Urgent wait: per class, a frame's time from entering its send queue to its last byte on the wire
@@ -65,7 +66,7 @@ def union_length(spans, lo: float = float("-inf"), hi: float = float("inf")) -> 
     """Total length covered by (start, end) pairs, clipped to [lo, hi]."""
     total, reach = 0.0, lo
     for start, end in sorted((max(s, lo), min(e, hi)) for s, e in spans):
-        if end <= reach:
+        if end <= reach or end <= start:
             continue
         total += end - max(start, reach)
         reach = end
@@ -138,15 +139,11 @@ def _tensor_metrics(rank: Rank, starts: list[float], pushes: dict[int, list[floa
             received[key] = max(received.get(key, 0.0), t.end)
             sizes[key] = sizes.get(key, 0) + t.nbytes
     per_tensor: dict[int, list] = {}
-    for (tensor, _iteration), when in received.items():
-        after = [s for s in starts if s >= when - 1e-9]
-        before = [s for s in starts if s < when]
-        if not before or not after and len(before) < 2:
+    for (tensor, iteration), when in received.items():
+        # version v of a parameter is read by round v (round k pushes iteration k, pulls k + 1)
+        if not 0 < iteration < len(starts):
             continue
-        # the round that needs it: the first one starting at or after its arrival, or (arrived
-        # late) the one already running
-        next_start = after[0] if after else before[-1]
-        per_tensor.setdefault(tensor, []).append((next_start - when, sizes[(tensor, _iteration)]))
+        per_tensor.setdefault(tensor, []).append((starts[iteration] - when, sizes[(tensor, iteration)]))
     result = []
     for tensor, items in sorted(per_tensor.items()):
         window = statistics.mean(w for w, _ in items)
