@@ -96,18 +96,25 @@ def test_bad_settings_are_typed_errors():
 
 
 def test_compare_reads_bench_paper_rows(tmp_path):
-    # a hand-made bench paper result: 2 workers, 1% sizes at 100 Mbit/s = 10 Gbit/s equivalent
-    rows = [{"model": "vgg19", "link": "10gbe", "policy": policy, "workers": 2, "layout": "colocated",
+    # a hand-made bench paper result: 2 workers, 1% sizes on 100 Mbit/s ports = 10 Gbit/s equivalent
+    rows = [{"model": "vgg19", "link": "10gbe", "policy": "vanilla", "workers": 2, "layout": "colocated",
              "iteration_s": 2.0, "scaling_efficiency": 0.5, "time_scale": 9.5, "size_scale": 0.01,
-             "bw_bits": 100e6} for policy in ("vanilla", "geryon")]
-    rows.append({"model": "vgg19", "policy": "control-nolimit", "iteration_s": 1.4})
+             "bw_bits": 10e9},
+            {"model": "vgg19", "policy": "geryon", "workers": 2, "iteration_s": 2.0, "time_scale": 9.5,
+             "link_rate_bits": 100e6},   # optional fields missing: paper.json's settings fill them
+            {"model": "vgg19", "policy": "control-nolimit", "iteration_s": 1.4}]
     path = tmp_path / "paper.json"
-    path.write_text("\n".join(json.dumps(r) for r in rows))
+    path.write_text(json.dumps({"settings": {"size_scale": 0.01, "wall_scale": 1.0,
+                                             "slice_params": 1048576}, "rows": rows}))
     results, skipped = compare(load_rows(path), SimSetting(iterations=2))
     assert skipped == 1 and len(results) == 2
     for r in results:
         assert r["simulated_s"] > 0 and r["error"] == pytest.approx(r["simulated_s"] / 2.0 - 1)
     assert {r["time_scale"] for r in results} == {9.5}
+    assert results[0]["simulated_s"] == pytest.approx(results[1]["simulated_s"], rel=0.5)
+    lines = path.with_suffix(".jsonl")
+    lines.write_text("\n".join(json.dumps(r) for r in rows))
+    assert len(load_rows(lines)) == 3
 
 
 def test_sim_cli_json_rows(capsys):

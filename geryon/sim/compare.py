@@ -1,11 +1,11 @@
 """Validate the simulator against measured rows of `geryon bench paper --json` (or its --out JSON).
 
 A measured row gives model, link, policy, workers, layout and iteration_s, and the emulation's
-scale: `time_scale` (compute = profile x time_scale; `compute_scale` is read too), `size_scale`
-(tensors = profile bytes x size_scale) and `bw_bits` (the emulated port rate). Scaling bytes and
-rate alike keeps transfer times, so the simulator replays the row at compute_scale = time_scale
-and a link of bw_bits / size_scale with full-size tensors; `slice_bytes` (scaled, like the
-tensors) and `servers` are used when present. Rows without iteration_s, or with a policy the
+scale: `time_scale` (paper compute = profile x time_scale; `compute_scale` is read too),
+`bw_bits` (the paper-scale link rate), else `link_rate_bits` (the emulated port) with `size_scale`
+and `wall_scale` (emulated seconds per paper second: link = link_rate_bits x wall_scale /
+size_scale, iteration = iteration_s / wall_scale). `slice_params`, `placement` and `servers` are
+used when present, in the row or in the file's `settings` object (bench paper's paper.json). Rows without iteration_s, or with a policy the
 simulator does not know (the `control-nolimit` row), are skipped and counted.
 """
 
@@ -36,7 +36,12 @@ def load_rows(path) -> list[dict]:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path} is neither JSON nor JSON lines: {exc}") from None
     if isinstance(data, dict):
+        settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
         data = data.get("rows", [data])
+        if isinstance(data, list):
+            data = [{**{k: settings[k] for k in ("slice_params", "placement", "wall_scale",
+                                                  "size_scale") if k in settings}, **row}
+                    if isinstance(row, dict) else row for row in data]
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
         raise ConfigError(f"{path}: expected a list of row objects (bench paper --json)")
     return data
@@ -45,16 +50,21 @@ def load_rows(path) -> list[dict]:
 def setting_for(row: dict, base: SimSetting) -> SimSetting:
     """The simulated setting that replays one measured row."""
     size_scale = float(row.get("size_scale") or 1.0)
+    wall_scale = float(row.get("wall_scale") or 1.0)
     time_scale = float(row.get("time_scale") or row.get("compute_scale") or base.compute_scale)
-    bits = row.get("bw_bits") or LINKS.get(str(row.get("link", "")).lower(), base.bw_bps) * size_scale
-    slice_bytes = row.get("slice_bytes")
-    slice_params = (max(1, round(float(slice_bytes) / size_scale / 4)) if slice_bytes
-                    else base.slice_params)
-    return replace(base, model=str(row["model"]).lower(), link=row.get("link"),
-                   bw_bps=float(bits) / size_scale, workers=int(row.get("workers", base.workers)),
+    if row.get("bw_bits"):
+        bits = float(row["bw_bits"])
+    elif row.get("link_rate_bits"):
+        bits = float(row["link_rate_bits"]) * wall_scale / size_scale
+    else:
+        bits = LINKS.get(str(row.get("link", "")).lower(), base.bw_bps)
+    placement = row.get("placement") if row.get("placement") in ("count", "bytes") else base.placement
+    return replace(base, model=str(row["model"]).lower(), link=row.get("link"), bw_bps=bits,
+                   workers=int(row.get("workers", base.workers)),
                    servers=int(row["servers"]) if row.get("servers") else None,
                    layout=str(row.get("layout", base.layout)), compute_scale=time_scale,
-                   slice_params=slice_params)
+                   slice_params=int(row.get("slice_params") or base.slice_params),
+                   placement=placement)
 
 
 def compare(rows: list[dict], base: SimSetting) -> tuple[list[dict], int]:
@@ -66,8 +76,9 @@ def compare(rows: list[dict], base: SimSetting) -> tuple[list[dict], int]:
             continue
         setting = setting_for(row, base)
         sim = simulate(setting, row["policy"])
-        measured = float(row["iteration_s"])
+        measured = float(row["iteration_s"]) / float(row.get("wall_scale") or 1.0)
         out.append({"model": setting.model, "link": row.get("link"), "policy": row["policy"],
+                    "congestion": row.get("congestion"),
                     "workers": setting.workers, "layout": setting.layout,
                     "time_scale": setting.compute_scale, "size_scale": row.get("size_scale"),
                     "measured_s": measured, "simulated_s": sim["iteration_s"],
@@ -79,12 +90,13 @@ def compare(rows: list[dict], base: SimSetting) -> tuple[list[dict], int]:
 
 def summary(results: list[dict]) -> str:
     """Per row, then mean |error| per policy and per worker count."""
-    lines = ["model     policy   workers layout     measured s  simulated s  error   analytic err"]
+    lines = ["model     policy   workers layout     cc     measured s  simulated s  error   analytic err"]
     for r in results:
         lines.append(f"{r['model']:9} {r['policy']:8} {r['workers']:7} {r['layout']:10} "
+                     f"{str(r.get('congestion') or '-'):6} "
                      f"{r['measured_s']:10.3f}  {r['simulated_s']:11.3f}  {100 * r['error']:+5.1f}%  "
                      f"{100 * r['analytic_error']:+5.1f}%")
-    for key in ("policy", "workers"):
+    for key in ("policy", "workers", "congestion"):
         groups = defaultdict(list)
         for r in results:
             groups[r[key]].append(abs(r["error"]))
