@@ -131,3 +131,12 @@ def test_calibrated_scale_hits_the_paper_cell():
     scale = calibrate()
     row = simulate(SimSetting(compute_scale=scale, iterations=4), "vanilla")
     assert row["compute_s"] / row["iteration_s"] == pytest.approx(0.269, abs=0.002)
+
+
+def test_sim_cli_slice_table(capsys):
+    assert main(["sim", "--model", "vgg19", "--policy", "vanilla", "--compute-scale", "9.5",
+                 "--iterations", "2", "--slice-table", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    table = [r for r in rows if r.get("table") == "slicing"]
+    assert [r["slice_params"] for r in table] == [1024 * 1024, 512 * 1024, 256 * 1024]
+    assert all(r["geryon_images_per_s"] > 0 and r["paper_geryon"] > 0 for r in table)

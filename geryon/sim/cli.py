@@ -48,6 +48,8 @@ def add_commands(commands, bench) -> None:
     parser.add_argument("--exact", action="store_true", help="per-connection model (<= 64 workers)")
     parser.add_argument("--compare", metavar="JSON", help="validate against bench paper rows")
     parser.add_argument("--curve", action="store_true", help="potential speedup vs bandwidth (VGG-19)")
+    parser.add_argument("--slice-table", action="store_true",
+                        help="the paper's slicing table: VGG-19 10GbE, geryon vs endhost, 1024K/512K/256K")
     parser.add_argument("--json", action="store_true", help="print one JSON object per row")
     parser.add_argument("--out", type=Path, help="write rows.json, table.md and PNGs here")
     parser.set_defaults(func=run)
@@ -107,6 +109,15 @@ def run(args) -> int:
               f"{'exact per-connection' if args.exact else 'aggregate'} model")
         print(text_table(rows))
         print(f"simulated in {elapsed:.1f} s")
+    if args.slice_table:
+        slice_rows = _slice_table(base)
+        if args.json:
+            print(json_lines(slice_rows))
+        else:
+            print("slice params  geryon img/s (paper)  endhost img/s (paper TicTac)")
+            for r in slice_rows:
+                print(f"{r['slice_params'] // 1024:>8}K    {r['geryon_images_per_s']:7.1f} ({r['paper_geryon']:.1f})"
+                      f"       {r['endhost_images_per_s']:7.1f} ({r['paper_tictac']:.1f})")
     curve = _curve(base) if args.curve else None
     if curve and not args.json:
         for gbit, value in zip(*curve):
@@ -125,6 +136,22 @@ def run(args) -> int:
         _say(args, f"wrote {args.out}/rows.json, table.md, efficiency.png"
                    + (", speedup_vs_bandwidth.png" if curve else ""))
     return 0
+
+
+def _slice_table(base: SimSetting) -> list[dict]:
+    """images/s of geryon and endhost at the paper's three slice sizes (VGG-19, 10GbE, 8 workers)."""
+    from geryon.sim.paper import PAPER_SLICING
+
+    setting = replace(base, model="vgg19", link="10gbe", bw_bps=LINKS["10gbe"], workers=8,
+                      layout="colocated", topology="star")
+    rows = []
+    for params, (geryon, tictac) in PAPER_SLICING.items():
+        cell = replace(setting, slice_params=params)
+        rows.append({"table": "slicing", "slice_params": params,
+                     "geryon_images_per_s": simulate(cell, "geryon")["images_per_s"],
+                     "endhost_images_per_s": simulate(cell, "endhost")["images_per_s"],
+                     "paper_geryon": geryon, "paper_tictac": tictac})
+    return rows
 
 
 def _curve(base: SimSetting):
