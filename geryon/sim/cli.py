@@ -85,6 +85,7 @@ def run(args) -> int:
     if unknown:
         raise ConfigError(f"unknown policy {unknown[0]!r}; choose from {', '.join(POLICIES)}")
     started = time.perf_counter()
+    _setting(args, 1.0)   # validate every flag before any work
     if args.compute_scale:
         scale = args.compute_scale
         _say(args, f"compute scale {scale:.4g} (given)")

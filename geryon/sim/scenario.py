@@ -19,7 +19,7 @@ from geryon.categorize.model import IterationModel, Tensor
 from geryon.categorize.profiles import LayerProfile, resolve_profile
 from geryon.errors import ConfigError
 from geryon.sim.fabric import build_fabric
-from geryon.sim.job import PSJob
+from geryon.sim.job import EXACT_LIMIT, PSJob
 from geryon.sim.paper import CALIBRATION_CELL, LINKS, PAPER_EFFICIENCY, paper_efficiency
 from geryon.sim.workload import build_workload
 
@@ -57,6 +57,9 @@ class SimSetting:
             raise ConfigError(f"--workers must be 1..{MAX_WORKERS}, got {self.workers}")
         if not self.bw_bps > 0:
             raise ConfigError(f"the link rate must be positive, got {self.bw_bps}")
+        if self.exact and self.workers > EXACT_LIMIT:
+            raise ConfigError(f"--exact is for at most {EXACT_LIMIT} workers; use the aggregate "
+                              "model (the default) beyond")
         if self.iterations < 1 or self.compute_scale <= 0 or self.slice_params < 1:
             raise ConfigError("need --iterations >= 1, --compute-scale > 0 and --slice-params >= 1")
 
