@@ -140,3 +140,30 @@ def test_sim_cli_slice_table(capsys):
     table = [r for r in rows if r.get("table") == "slicing"]
     assert [r["slice_params"] for r in table] == [1024 * 1024, 512 * 1024, 256 * 1024]
     assert all(r["geryon_images_per_s"] > 0 and r["paper_geryon"] > 0 for r in table)
+
+
+def test_analytic_estimate_and_potential_speedup():
+    from geryon.sim.scenario import analytic_s, effective_bandwidth, potential_speedup
+    setting = SimSetting(model="vgg19", compute_scale=9.5, workers=8)
+    assert effective_bandwidth(setting) == pytest.approx(10e9 * 8 / 14)
+    compute = setting.profile().forward_ns * 9.5e-9 + setting.profile().backward_ns * 9.5e-9
+    assert analytic_s(setting, "geryon") >= compute * 0.999
+    assert analytic_s(setting, "vanilla") >= analytic_s(setting, "geryon")
+    # forward-order pulls never lose to reverse order; the gain vanishes at high bandwidth
+    assert potential_speedup(setting.profile(), 10e9, 9.5) > 1.2
+    assert potential_speedup(setting.profile(), 400e9, 9.5) == pytest.approx(1.0, abs=0.02)
+
+
+def test_whatif_point_fields():
+    from geryon.sim.whatif import point
+    row = point(SimSetting(model="resnet50", compute_scale=9.5, iterations=1))
+    assert row["gain"] == pytest.approx(row["endhost_s"] / row["geryon_s"])
+    assert 0 < row["efficiency_geryon"] <= 1.0 + 1e-9
+
+
+def test_byte_placement_balances_servers():
+    from geryon.sim.scenario import SimSetting as Setting
+    prof = Setting(model="resnet50").profile()
+    count = build_workload(prof, "slicing", 8, 4 << 20).bytes_per_server(8)
+    balanced = build_workload(prof, "slicing", 8, 4 << 20, placement="bytes").bytes_per_server(8)
+    assert balanced.max() - balanced.min() < count.max() - count.min()
