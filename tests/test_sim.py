@@ -102,7 +102,7 @@ def test_compare_reads_bench_paper_rows(tmp_path):
              "bw_bits": 10e9},
             {"model": "vgg19", "policy": "geryon", "workers": 2, "iteration_s": 2.0, "time_scale": 9.5,
              "link_rate_bits": 100e6},   # optional fields missing: paper.json's settings fill them
-            {"model": "vgg19", "policy": "control-nolimit", "iteration_s": 1.4}]
+            {"model": "vgg19", "policy": "control-nolimit", "iteration_s": 1.4, "compute_s": 1.2}]
     path = tmp_path / "paper.json"
     path.write_text(json.dumps({"settings": {"size_scale": 0.01, "wall_scale": 1.0,
                                              "slice_params": 1048576}, "rows": rows}))
@@ -111,6 +111,9 @@ def test_compare_reads_bench_paper_rows(tmp_path):
     for r in results:
         assert r["simulated_s"] > 0 and r["error"] == pytest.approx(r["simulated_s"] / 2.0 - 1)
     assert {r["time_scale"] for r in results} == {9.5}
+    for r in results:   # the control row's harness cost (1.4 - 1.2 s) is added before comparing
+        assert r["harness_s"] == pytest.approx(0.2)
+        assert r["adjusted_error"] == pytest.approx((r["simulated_s"] + 0.2) / 2.0 - 1)
     assert results[0]["simulated_s"] == pytest.approx(results[1]["simulated_s"], rel=0.5)
     lines = path.with_suffix(".jsonl")
     lines.write_text("\n".join(json.dumps(r) for r in rows))

@@ -7,6 +7,11 @@ and `wall_scale` (emulated seconds per paper second: link = link_rate_bits x wal
 size_scale, iteration = iteration_s / wall_scale). `slice_params`, `placement` and `servers` are
 used when present, in the row or in the file's `settings` object (bench paper's paper.json). Rows without iteration_s, or with a policy the
 simulator does not know (the `control-nolimit` row), are skipped and counted.
+
+The control row (same job, no bandwidth limit) measures the harness's own cost per iteration:
+`harness_s` = its iteration_s - its compute_s (same model and congestion control). The fluid model
+has no harness, so beside the plain error the comparison prints `adjusted_error`, the error of
+simulated + harness_s.
 """
 
 from __future__ import annotations
@@ -70,6 +75,11 @@ def setting_for(row: dict, base: SimSetting) -> SimSetting:
 def compare(rows: list[dict], base: SimSetting) -> tuple[list[dict], int]:
     """Per measured row: simulated iteration time and relative error; and how many were skipped."""
     out, skipped = [], 0
+    harness = {}
+    for row in rows:
+        if row.get("policy") == "control-nolimit" and row.get("iteration_s") and row.get("compute_s"):
+            harness[(str(row.get("model", "")).lower(), row.get("congestion"))] = (
+                float(row["iteration_s"]) - float(row["compute_s"])) / float(row.get("wall_scale") or 1.0)
     for row in rows:
         if row.get("policy") not in POLICIES or not row.get("iteration_s") or not row.get("model"):
             skipped += 1
@@ -84,22 +94,35 @@ def compare(rows: list[dict], base: SimSetting) -> tuple[list[dict], int]:
                     "measured_s": measured, "simulated_s": sim["iteration_s"],
                     "analytic_s": sim["analytic_iteration_s"],
                     "error": sim["iteration_s"] / measured - 1,
+                    "harness_s": harness.get((setting.model, row.get("congestion"))),
                     "analytic_error": sim["analytic_iteration_s"] / measured - 1})
+    for r in out:
+        r["adjusted_error"] = ((r["simulated_s"] + r["harness_s"]) / r["measured_s"] - 1
+                               if r["harness_s"] is not None else None)
     return out, skipped
 
 
 def summary(results: list[dict]) -> str:
     """Per row, then mean |error| per policy and per worker count."""
-    lines = ["model     policy   workers layout     cc     measured s  simulated s  error   analytic err"]
+    lines = ["model     link   policy   workers layout     cc     measured s  simulated s  error   "
+             "analytic err  +harness err"]
     for r in results:
-        lines.append(f"{r['model']:9} {r['policy']:8} {r['workers']:7} {r['layout']:10} "
+        lines.append(f"{r['model']:9} {str(r.get('link') or '-'):6} {r['policy']:8} {r['workers']:7} {r['layout']:10} "
                      f"{str(r.get('congestion') or '-'):6} "
                      f"{r['measured_s']:10.3f}  {r['simulated_s']:11.3f}  {100 * r['error']:+5.1f}%  "
-                     f"{100 * r['analytic_error']:+5.1f}%")
-    for key in ("policy", "workers", "congestion"):
+                     f"{100 * r['analytic_error']:+5.1f}%        "
+                     + (f"{100 * r['adjusted_error']:+5.1f}%" if r["adjusted_error"] is not None else "-"))
+    for key in ("policy", "workers", "link", "congestion"):
         groups = defaultdict(list)
+        adjusted = defaultdict(list)
         for r in results:
             groups[r[key]].append(abs(r["error"]))
+            if r["adjusted_error"] is not None:
+                adjusted[r[key]].append(abs(r["adjusted_error"]))
+        if adjusted:
+            lines.append(f"mean |error + harness| per {key}: " + ", ".join(
+                f"{k}: {100 * sum(v) / len(v):.1f}% (max {100 * max(v):.1f}%)"
+                for k, v in sorted(adjusted.items(), key=lambda kv: str(kv[0]))))
         lines.append(f"mean |error| per {key}: " + ", ".join(
             f"{k}: {100 * sum(v) / len(v):.1f}% (max {100 * max(v):.1f}%, n={len(v)})"
             for k, v in sorted(groups.items(), key=lambda kv: str(kv[0]))))
