@@ -1,10 +1,10 @@
 """`geryon demo`: train a CNN on an emulated cluster without and with geryon, and compare the two.
 
 The README's first command. It runs `geryon/examples/train_cnn.py` (shipped in the package, so it
-works from any directory) through `python -m geryon.launch` on an emulated cluster (4 workers and 2 parameter servers, each a host behind a 100 Mbit/s switch
-port), once per policy (`vanilla`, then `geryon`), shows each run's iterations as they happen
-(on stderr), and ends with a table: iteration time, images/s, speedup over the first policy,
-final loss, test accuracy.
+works from any directory) through `python -m geryon.launch` on an emulated cluster (4 workers and 2
+parameter servers, each a host behind a 100 Mbit/s switch port), once per policy (`vanilla`, then
+`geryon`), shows each run's iterations as they happen (on stderr), and ends with a table: iteration
+time, images/s, speedup over the first policy, final loss, test accuracy.
 
 The model is the example's CNN with a wide hidden layer (`--hidden 2048`: 4.2 MB of parameters,
 nearly all in one fully-connected layer behind ~60 KB of convolutions), so parameter traffic
