@@ -45,12 +45,7 @@ probe (the search's advice for noisy clusters) and why `extra.sweep_ratio` (the 
 the chosen threshold over its best) is recorded next to `ratio` (a fresh re-measurement over the
 smallest of 21 noisy medians, biased low).
 
-Measured (2026-11-22, CLI defaults, 10 probes each, other engineers' tests loading the 2 cores):
-VGG-19 2 workers/1 server: chosen 0.80 vs sweep best 0.60 / 0.65, ratio 1.001 and 1.008, 115 s;
-4 workers/2 servers: 0.60 = sweep best, ratio 1.029, 134 s. ResNet-50 2/1: chosen 0.55 vs 0.95,
-ratio 0.966; chosen 0.85 vs 0.25 (a lucky sweep median), ratio 1.078 (iteration noise 4.6%); 4/2:
-chosen 0.55 vs 0.75, ratio 1.021; ~105-130 s. Worst candidate / sweep best: 1.23-1.28, every
-run verified (every rank applied every update exactly once at each of the 32 switches).
+Measured runs: docs/measurements.md.
 """
 
 from __future__ import annotations

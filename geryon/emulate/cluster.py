@@ -89,6 +89,7 @@ class EmulatedCluster:
             fabric.build_fabric(self.topology, offload=self.offload)
             self.timings["fabric_s"] = time.monotonic() - started
             self._install_queues()
+            self._set_congestion()
             self.timings["up_s"] = time.monotonic() - started
             self._up = True
             state.write_record(self.name, self.describe())
@@ -106,6 +107,25 @@ class EmulatedCluster:
                     install_priority_queues(end.dev, self.classes, rate=link.rate, netns=end.netns)
                 else:
                     install_shaping(end.dev, link.rate, netns=end.netns)
+
+    def _set_congestion(self) -> None:
+        """Every host's default TCP congestion control (a per-namespace sysctl), when one was asked for:
+        then every TCP sender in the cluster (iperf3, gloo, geryon flows without their own) uses it."""
+        if not self.tcp_congestion:
+            return
+        setting = f"net.ipv4.tcp_congestion_control={self.tcp_congestion}"
+        for host in self.hosts:
+            result = subprocess.run(exec_argv(host.netns, ["sysctl", "-q", "-w", setting]), capture_output=True,
+                                    text=True, timeout=30)
+            if result.returncode != 0:
+                raise EmulationError(f"cannot set TCP congestion control {self.tcp_congestion!r} on {host.name} "
+                                     f"({result.stderr.strip()}); see "
+                                     "/proc/sys/net/ipv4/tcp_available_congestion_control")
+
+    def congestion_control(self, host: str | Host) -> str:
+        """The TCP congestion control a host's sockets get by default."""
+        return self.run(host, ["sysctl", "-n", "net.ipv4.tcp_congestion_control"], timeout=30,
+                        capture_output=True, text=True).stdout.strip()
 
     def down(self) -> None:
         """Remove every namespace of this cluster (and the processes in them) and its record.
