@@ -12,8 +12,10 @@ direction's ACKs then queue behind the other's data and TCP itself loses 5-12% a
 (iperf3 --bidir: 84-92 of 95.5 Mbit/s), so `ratio_vs_iperf3_bidir` is the like-for-like ratio.
 With `--congestion cubic` (iperf3 run with it too) the two baselines agree.
 
-Fairness: `--congestion` becomes every emulated host's default congestion control, so geryon's flows,
-iperf3 and gloo all use it (each result names it as `congestion`); iperf3 marks its packets with the
+Fairness: geryon's flows and iperf3 use `--congestion` (else the hosts' default) on every socket, and
+`bench allreduce` makes it every emulated host's default so that gloo uses it too (the kernel allows
+that only for the host's tcp_allowed_congestion_control: reno and bbr here); each result names it as
+`congestion`. iperf3 marks its packets with the
 DSCP that the policy's transfers use (`baseline_dscp`), so both go through the same queue class;
 `bench priority` fails when the bulk traffic it loads the worker with did not flow.
 """
@@ -39,9 +41,12 @@ def _print(args, record: dict) -> None:
                         for k, v in record.items()), flush=True)
 
 
-def _cluster(hosts: int, args):
+def _cluster(hosts: int, args, default_congestion: bool = False):
+    """The bench's cluster; with `default_congestion`, --congestion is every host's default (for gloo,
+    which cannot pick its sockets' congestion control)."""
     from geryon.emulate import EmulatedCluster
-    return EmulatedCluster("b" + uuid.uuid4().hex[:5], hosts=hosts, bw=args.bw, tcp_congestion=args.congestion)
+    return EmulatedCluster("b" + uuid.uuid4().hex[:5], hosts=hosts, bw=args.bw,
+                           tcp_congestion=args.congestion if default_congestion else None)
 
 
 def _dscp_of(policy: str) -> int:
@@ -79,7 +84,7 @@ def _iperf3(cluster, seconds: int = 5, bidir: bool = False, congestion: str | No
 def bench_transport(args) -> int:
     size = int(args.size_mb * 1e6)
     with _cluster(2, args) as cluster:
-        congestion = cluster.congestion_control("h1")
+        congestion = args.congestion or cluster.congestion_control("h1")   # geryon's and iperf3's sockets
         baselines: dict[int, tuple[float, float]] = {}
         address = f"{cluster.host('h1').ip}:{BASE_PORT}"
         for policy in args.policies.split(","):
@@ -122,7 +127,7 @@ def bench_transport(args) -> int:
 def bench_allreduce(args) -> int:
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     hosts = [f"h{i + 1}" for i in range(args.workers)]
-    with _cluster(args.workers, args) as cluster:
+    with _cluster(args.workers, args, default_congestion=True) as cluster:
         congestion = cluster.congestion_control(hosts[0])   # gloo's and geryon's flows alike
         for size in sizes:
             iters = args.iters if size < 50e6 else 1
