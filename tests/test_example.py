@@ -23,6 +23,7 @@ def test_dataset_is_deterministic_and_balanced():
     assert labels.bincount(minlength=10).min() > 20
 
 
+@pytest.mark.slow
 def test_loss_falls_and_accuracy_is_reported():
     records = run_single_process("--iterations", "120", "--width", "8", "--train-size", "2048",
                                  "--test-size", "500", "--log-json")

@@ -15,6 +15,7 @@ def single_curve():
 
 @pytest.mark.parametrize("mode_args", [["--mode", "allreduce"], ["--mode", "ps", "--servers", "1"]],
                          ids=["allreduce", "ps"])
+@pytest.mark.slow
 def test_two_workers_follow_the_single_process_curve(single_curve, mode_args):
     result = run_launcher("--local", "--workers", "2", *mode_args, EXAMPLE, *EXAMPLE_ARGS)
     assert result.returncode == 0, result.stderr[-3000:]

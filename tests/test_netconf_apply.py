@@ -204,6 +204,7 @@ def test_fails_midway(veth_pair):
 '''
 
 
+@pytest.mark.slow
 def test_fixture_removes_its_namespaces_when_a_test_fails(unique_name, tmp_path):
     test_file = tmp_path / "test_failing.py"
     test_file.write_text(FAILING_TEST.format(name=unique_name))

@@ -115,6 +115,7 @@ def _distributed_worker(rank, world_size, port, queue):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_decision_reaches_every_rank_over_gloo():
     import multiprocessing
 
