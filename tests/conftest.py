@@ -50,3 +50,13 @@ def veth_pair(unique_name, tmp_path, monkeypatch):
         for netns in created:
             subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
             forget_netns_state(netns)
+
+
+@pytest.fixture(scope="session")
+def single_curve():
+    """The example's loss curve trained alone (no launcher): what every distributed run must match."""
+    from launch_support import EXAMPLE_ARGS, loss_curve, run_single_process
+
+    curve = loss_curve(run_single_process(*EXAMPLE_ARGS))
+    assert len(curve) == 20
+    return curve

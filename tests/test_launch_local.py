@@ -2,15 +2,7 @@
 
 import pytest
 
-from launch_support import EXAMPLE, EXAMPLE_ARGS, json_records, loss_curve, rank_lines, run_launcher, \
-    run_single_process
-
-
-@pytest.fixture(scope="module")
-def single_curve():
-    curve = loss_curve(run_single_process(*EXAMPLE_ARGS))
-    assert len(curve) == 20
-    return curve
+from launch_support import EXAMPLE, EXAMPLE_ARGS, json_records, loss_curve, rank_lines, run_launcher
 
 
 @pytest.mark.parametrize("mode_args", [["--mode", "allreduce"], ["--mode", "ps", "--servers", "1"]],
