@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(mininet bridge-utils iperf iperf3 openssh-server ethtool tcpdump iproute2 procps psmisc
-              python3-venv python3-dev)
+              python3-venv python3-dev libyang2-tools)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
