@@ -39,7 +39,8 @@ def add_commands(commands, bench) -> None:
     up.add_argument("--topology", choices=TOPOLOGIES, default="star", help="star (default) or leafspine")
     up.add_argument("--uplink-fraction", type=float, default=None,
                     help="leafspine: uplink rate as a fraction of --bw (default: 2:1 oversubscribed)")
-    up.add_argument("--tcp-congestion", default=None, help="congestion control recorded for tools (bbr, cubic)")
+    up.add_argument("--tcp-congestion", default=None,
+                    help="every host's default TCP congestion control (bbr, cubic, ...)")
     up.add_argument("--no-offload", action="store_true",
                     help="turn segmentation offload off (MTU-sized packets in every queue; costs CPU)")
     up.add_argument("--sshd", action="store_true",

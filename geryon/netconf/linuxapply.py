@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from geryon import envvars
 from geryon.errors import ApplyError, GeryonError
 from geryon.netconf.profile import QosProfile
 from geryon.netconf.remote import Endpoint
@@ -41,7 +42,7 @@ class SavedStates:
     """Local copies of each device's state before geryon first changed it: DIR/<host>_<port>/<dev>.json."""
 
     def __init__(self, root: "str | Path | None" = None):
-        base = os.environ.get("GERYON_STATE_DIR", "/run/geryon")
+        base = os.environ.get(envvars.STATE_DIR, "/run/geryon")
         self.root = Path(root) if root else Path(base) / "qos"
 
     def _path(self, endpoint: Endpoint, dev: str) -> Path:

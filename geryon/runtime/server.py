@@ -92,7 +92,7 @@ def serve(env: RankEnv) -> int:
                 server.serve_until_workers_leave(timeout=POLL_S)
                 if len(server.workers_gone()) >= workers:
                     break
-            lost = {} if stopped.is_set() else {w: f for w, f in dict(server.pool.failures).items()
+            lost = {} if stopped.is_set() else {w: f for w, f in server.pool.lost().items()
                                                 if w in server.joined}
             next_switch = prefix + SWITCH_KEY.format(switch=switch + 1)
             if stopped.is_set() or lost or not store.check([next_switch]):

@@ -230,7 +230,7 @@ class ParameterServer(PoolOwner):
         frame or a BYE -- does not count: it must not make a server think its workers are gone.
         """
         with self.pool.cond:
-            return (self.pool.left | set(self.pool.failures)) & self.joined
+            return self.pool.departed() & self.joined
 
     def serve_until_workers_leave(self, timeout: float | None = None) -> None:
         """Block until every worker said goodbye or failed, or until `timeout` seconds."""
@@ -275,7 +275,7 @@ class ParameterServer(PoolOwner):
         """
         self._forget_pulls(flow.peer_id)
         if isinstance(exc, ProtocolError) or flow.peer_id not in self.joined or flow.peer_done \
-                or flow.peer_id in self.pool.left or self.pool.closed:
+                or self.pool.has_left(flow.peer_id) or self.pool.closed:
             return
         reason = exc.reason if isinstance(exc, PeerAborted) else f"worker {flow.peer_id} failed ({exc})"
         with self.pool.cond:
