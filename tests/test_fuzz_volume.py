@@ -12,7 +12,6 @@ import os
 import random
 import socket
 import threading
-import time
 
 import torch
 
