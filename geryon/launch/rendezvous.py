@@ -8,7 +8,8 @@ still write it; what ranks read from it is signed with the job secret (geryon.tr
 
 On the emulated cluster the launcher lives in the root namespace, which has no route into the hosts;
 so the store's listening socket is created by a short-lived thread that first joins a host's network
-namespace (setns changes only the calling thread). The socket stays in that namespace, and the store's own threads serve it from there, for as long as the job runs.
+namespace (setns changes only the calling thread). The socket stays in that namespace, and the
+store's own threads serve it from there, for as long as the job runs.
 """
 
 import ctypes
