@@ -6,10 +6,13 @@
   geryon netconf stats --dev eth0 --netns gyrun-sw [--json]
   geryon netconf verify --netns gyrun-h2 --iface eth0 --duration 5 [--filter "tcp port 5201"] [--json]
   geryon netconf capabilities [--json]
+  geryon netconf render --profile two-class --target sonic --ports Ethernet0 [--format yang]
+  geryon netconf apply --profile two-class --target linux@10.0.0.5 [--dry-run]   # see qos_cli.py
 """
 
 import json
 
+from geryon.netconf import qos_cli
 from geryon.netconf.apply import install_priority_queues, install_shaping, remove_queues
 from geryon.netconf.capabilities import detect_capabilities
 from geryon.netconf.classes import format_classes
@@ -30,9 +33,13 @@ def add_commands(commands, bench) -> None:
     show.add_argument("--json", action="store_true", help="print the plan as JSON")
     show.set_defaults(func=_show)
 
-    apply = sub.add_parser("apply", help="program priority queues on an interface (replaces what is there)")
-    _add_plan_options(apply, dev_required=True)
-    apply.set_defaults(func=_apply)
+    apply = sub.add_parser("apply", help="program priority queues on an interface, or a QoS profile on a target")
+    _add_plan_options(apply, dev_required=False)
+    qos_cli.add_apply_options(apply)
+    apply.set_defaults(func=_apply, dev=None)  # no default device: never the machine's own eth0 by accident
+
+    qos_cli.add_render(sub)
+    qos_cli.add_restore(sub)
 
     remove = sub.add_parser("remove", help="delete an interface's root qdisc (back to the kernel default)")
     _add_device_options(remove)
@@ -44,7 +51,8 @@ def add_commands(commands, bench) -> None:
     stats.set_defaults(func=_stats)
 
     verify = sub.add_parser("verify", help="sniff an interface and count packets per (source, DSCP)")
-    verify.add_argument("--netns", default=None, help="namespace of the interface (default: this one)")
+    verify.add_argument("--netns", default=None, type=_netns,
+                        help="namespace of the interface (default: this one)")
     verify.add_argument("--iface", required=True)
     verify.add_argument("--duration", type=float, default=5.0, help="seconds to capture (default 5)")
     verify.add_argument("--count", type=int, default=None, help="stop after this many packets")
@@ -67,14 +75,36 @@ def _usage(parser) -> int:
     return 2
 
 
+def _netns(text: str) -> str:
+    import argparse
+
+    from geryon.netnames import check_netns_name
+    try:
+        return check_netns_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _ifname(text: str) -> str:
+    import argparse
+
+    from geryon.netnames import check_ifname
+    try:
+        return check_ifname(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _add_device_options(parser) -> None:
-    parser.add_argument("--dev", required=True, help="interface name")
-    parser.add_argument("--netns", default=None, help="network namespace holding it (default: this one)")
+    parser.add_argument("--dev", required=True, type=_ifname, help="interface name")
+    parser.add_argument("--netns", default=None, type=_netns,
+                        help="network namespace holding it (default: this one)")
 
 
 def _add_plan_options(parser, dev_required: bool) -> None:
-    parser.add_argument("--dev", required=dev_required, default="eth0", help="interface name")
-    parser.add_argument("--netns", default=None, help="network namespace holding it (default: this one)")
+    parser.add_argument("--dev", required=dev_required, default="eth0", type=_ifname, help="interface name")
+    parser.add_argument("--netns", default=None, type=_netns,
+                        help="network namespace holding it (default: this one)")
     parser.add_argument("--rate", default=None,
                         help="link rate, e.g. 100mbit (default: none; strict-priority qdisc if the kernel "
                              "has one, else HTB at 10gbit)")
@@ -123,6 +153,9 @@ def _show(args) -> int:
 
 
 def _apply(args) -> int:
+    if args.target:
+        return qos_cli.cmd_apply_profile(args)
+    qos_cli.require_dev(args)
     if args.shaping_only:
         plan = install_shaping(args.dev, args.rate or _missing_rate(), args.netns)
     else:
