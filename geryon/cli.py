@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "geryon.categorize.cli",
     "geryon.transport.cli",
     "geryon.demo",
+    "geryon.bench.paper_cli",
 )
 
 
