@@ -118,6 +118,7 @@ class PaperSettings:
     spin_margin: float = 0.0002
     timeline: str | None = None
     compute_iterations: int = 3
+    control_rate: int = NOLIMIT_RATE
 
     def __post_init__(self):
         for link in self.links:
@@ -148,6 +149,7 @@ class PaperBench:
         self.calibration: dict | None = None
         self.cpu: dict = {}
         self.traces: list[str] = []
+        self.blocked: list[float] = []       # blocked-on-pull seconds of the slowest worker, per iteration
         self.compute_scale = settings.compute_scale
         self.started = time.perf_counter()
 
@@ -250,8 +252,13 @@ class PaperBench:
         transport = policy_transport(policy, s.transport_defaults(scale, slice_params))
         transport["congestion"] = "" if congestion == "system" else congestion
         job.connect(transport, trace_prefix=trace)
-        times, _steps = job.run(s.warmup + s.iterations)
+        times, steps = job.run(s.warmup + s.iterations)
         parts = job.drain()
+        # per measured iteration: the slowest worker's time blocked on pulls, and its time beyond
+        # compute + blocked (replay overrun: CPU contention delaying the sleeping replay)
+        for index in range(s.warmup, s.warmup + s.iterations):
+            slowest = max((worker[index] for worker in steps), key=lambda step: step["seconds"])
+            self.blocked.append(slowest["blocked_s"])
         if trace and parts:
             from geryon.timeline import merge_parts
 
@@ -272,12 +279,15 @@ class PaperBench:
         self.say(f"{model} {link} {congestion}: {scale.describe(LINKS[link])}")
         times = {policy: [] for policy in s.policies}
         cpu = {policy: 0.0 for policy in s.policies}
+        blocked = {policy: [] for policy in s.policies}
         for rep in range(s.repetitions):
             for policy in rotated(s.policies, rep):
                 trace = self.trace_path(model, link, congestion, policy) if rep == 0 else None
                 before = role_cpu_seconds(job.pids)
                 started = time.perf_counter()
+                mark = len(self.blocked)
                 measured = self.segment(job, policy, scale, congestion, trace=trace)
+                blocked[policy].extend(self.blocked[mark:])
                 cpu[policy] += role_cpu_seconds(job.pids) - before
                 times[policy].extend(measured)
                 self.say(f"{model} {link} {congestion} rep {rep + 1}/{s.repetitions} {policy:<14} "
@@ -287,19 +297,24 @@ class PaperBench:
         for policy in s.policies:
             row = make_row(model=model, link=link, policy=policy, workers=s.workers, layout=s.layout,
                            congestion=congestion, times=times[policy], compute_s=compute, batch=s.batch,
-                           scale=scale, vanilla_s=vanilla, extra={"table": "scaling"})
+                           scale=scale, vanilla_s=vanilla,
+                           extra={"table": "scaling", "blocked_s": summarize(blocked[policy])["median"],
+                                  "cpu_roles_s_per_iteration": cpu[policy] / (s.repetitions * (
+                                      s.warmup + s.iterations))})
             self.rows.append(row)
             self.say(_row_line(row))
 
     def run_control(self, job, model, congestion, scale, compute) -> None:
         s = self.settings
-        job.set_rate(NOLIMIT_RATE)
+        job.set_rate(s.control_rate)
         policy = "geryon" if "geryon" in s.policies else s.policies[-1]
         times = []
         before_cpu, before_machine = role_cpu_seconds(job.pids), read_proc_stat()
         started = time.perf_counter()
+        mark = len(self.blocked)
         for rep in range(s.repetitions):
-            times.extend(self.segment(job, policy, scale, congestion))
+            trace = self.trace_path(model, "nolimit", congestion, policy) if rep == 0 else None
+            times.extend(self.segment(job, policy, scale, congestion, trace=trace))
         wall = time.perf_counter() - started
         roles = (role_cpu_seconds(job.pids) - before_cpu) / wall
         machine = cpu_share(before_machine, read_proc_stat())
@@ -307,7 +322,8 @@ class PaperBench:
                        congestion=congestion, times=times, compute_s=compute, batch=s.batch, scale=scale,
                        vanilla_s=None, extra={"table": "scaling", "control_of": policy,
                                               "cpu_roles_cores": roles, "cpu_machine_share": machine,
-                                              "link_rate_bits": NOLIMIT_RATE})
+                                              "blocked_s": summarize(self.blocked[mark:])["median"],
+                                              "link_rate_bits": s.control_rate})
         self.rows.append(row)
         self.cpu.setdefault("control", []).append({"model": model, "congestion": congestion,
                                                    "roles_cores": roles, "machine_share": machine})

@@ -16,6 +16,7 @@ import sys
 
 from geryon.bench.paper_math import LINKS, MODELS
 from geryon.errors import ConfigError
+from geryon.rates import parse_rate
 
 
 def add_commands(commands, bench) -> None:
@@ -47,6 +48,8 @@ def add_commands(commands, bench) -> None:
     paper.add_argument("--notsent-lowat", type=int, default=16 * 1024,
                        help="TCP_NOTSENT_LOWAT of every flow in bytes (default 16384)")
     paper.add_argument("--no-control", action="store_true", help="skip the control-nolimit row")
+    paper.add_argument("--control-rate", default="10gbit",
+                       help="port rate of the control row (default 10gbit: HTB never binds, the CPU does)")
     paper.add_argument("--timeline", metavar="DIR", help="write a Chrome trace per (model, link, policy) here")
     paper.add_argument("--json", action="store_true", help="one JSON object per row on stdout")
     paper.add_argument("--out", metavar="DIR", help="write paper.json, paper.md and paper.png here")
@@ -81,7 +84,7 @@ def settings_from_args(args):
                          compute_scale=args.compute_scale, slice_params=parse_params(args.slice),
                          slice_table=table, control=not args.no_control, priority=priority,
                          threshold=threshold, placement=args.placement, notsent_lowat=args.notsent_lowat,
-                         timeline=args.timeline)
+                         timeline=args.timeline, control_rate=parse_rate(args.control_rate))
 
 
 def _bench_paper(args) -> int:
