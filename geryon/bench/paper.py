@@ -119,6 +119,7 @@ class PaperSettings:
     timeline: str | None = None
     compute_iterations: int = 3
     control_rate: int = NOLIMIT_RATE
+    nice: int = 0
 
     def __post_init__(self):
         for link in self.links:
@@ -180,7 +181,7 @@ class PaperBench:
         scale = PaperScale(self.compute_scale or s.calibration_start, s.size_scale, s.wall_scale)
         spec = JobSpec(model=model, workers=s.workers, layout=s.layout, batch=s.batch,
                        time_scale=scale.replay_time_scale, size_scale=s.size_scale,
-                       spin_margin=s.spin_margin, threshold=s.threshold)
+                       spin_margin=s.spin_margin, threshold=s.threshold, nice=s.nice)
         name = "p" + uuid.uuid4().hex[:5]
         self.say(f"{model}: cluster {name}, {spec.hosts} hosts ({s.layout}), starting "
                  f"{2 * s.workers} role processes")

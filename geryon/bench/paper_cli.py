@@ -48,6 +48,8 @@ def add_commands(commands, bench) -> None:
     paper.add_argument("--notsent-lowat", type=int, default=16 * 1024,
                        help="TCP_NOTSENT_LOWAT of every flow in bytes (default 16384)")
     paper.add_argument("--no-control", action="store_true", help="skip the control-nolimit row")
+    paper.add_argument("--nice", type=int, default=0,
+                       help="niceness of the role processes (e.g. -10: ahead of other load on a shared machine)")
     paper.add_argument("--control-rate", default="10gbit",
                        help="port rate of the control row (default 10gbit: HTB never binds, the CPU does)")
     paper.add_argument("--timeline", metavar="DIR", help="write a Chrome trace per (model, link, policy) here")
@@ -84,7 +86,8 @@ def settings_from_args(args):
                          compute_scale=args.compute_scale, slice_params=parse_params(args.slice),
                          slice_table=table, control=not args.no_control, priority=priority,
                          threshold=threshold, placement=args.placement, notsent_lowat=args.notsent_lowat,
-                         timeline=args.timeline, control_rate=parse_rate(args.control_rate))
+                         timeline=args.timeline, control_rate=parse_rate(args.control_rate),
+                         nice=args.nice)
 
 
 def _bench_paper(args) -> int:

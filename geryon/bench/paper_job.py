@@ -46,6 +46,8 @@ class JobSpec:
     spin_margin: float = 0.0002
     timeout: float = 120.0
     threshold: float = 0.5           # used only when priority is "threshold"
+    async_push: bool = True          # push hooks overlap compute (a GPU's async backward)
+    nice: int = 0                    # scheduling niceness of the role processes (negative: ahead of others)
 
     def __post_init__(self):
         if self.layout not in LAYOUTS:
@@ -60,7 +62,8 @@ class JobSpec:
     def role_args(self) -> list:
         return ["--workers", self.workers, "--servers", self.workers, "--model", self.model,
                 "--batch", self.batch, "--time-scale", self.time_scale, "--size-scale", self.size_scale,
-                "--timeout", self.timeout, "--spin-margin", self.spin_margin]
+                "--timeout", self.timeout, "--spin-margin", self.spin_margin,
+                *(["--async-push"] if self.async_push else [])]
 
 
 class PaperJob:
@@ -91,6 +94,8 @@ class PaperJob:
         env = dict(os.environ, GERYON_SECRET=secrets.token_hex(16), OMP_NUM_THREADS="1",
                    PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
         role = [sys.executable, "-m", "geryon.bench.replay_roles"]
+        if self.spec.nice:
+            role = ["nice", "-n", str(self.spec.nice), *role]
         extra = self.spec.role_args()
         for index in range(self.spec.workers):
             self.servers.append(RoleProcess(self.cluster, self.server_host(index),

@@ -109,7 +109,8 @@ def _replayed_model(args) -> ReplayedModel:
     # on 2 shared cores, W spinning workers starve the servers and the kernel's forwarding, so the
     # bench may spin less than the replay's default (--spin-margin)
     return ReplayedModel(resolve_profile(args.model, batch=args.batch), time_scale=args.time_scale,
-                         size_scale=args.size_scale, gradient_value=1.0, spin_margin=args.spin_margin)
+                         size_scale=args.size_scale, gradient_value=1.0, spin_margin=args.spin_margin,
+                         async_push=args.async_push)
 
 
 def _priorities(ranking, threshold: float, args, overrides: dict | None = None):
@@ -321,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--spin-margin", type=float, default=SLEEP_MARGIN_S,
                         help="seconds of busy-wait at the end of each replayed layer (default 1 ms)")
     parser.add_argument("--congestion", default="", help="TCP congestion control (default: the system's)")
+    parser.add_argument("--async-push", action="store_true",
+                        help="push hooks overlap the next layers' compute (GPU-like) instead of delaying them")
     parser.add_argument("--job", type=int, default=4)
     return parser
 

@@ -36,10 +36,13 @@ class ReplayedModel:
     """Profiled compute with real parameter and gradient tensors and per-layer hooks."""
 
     def __init__(self, profile: LayerProfile, time_scale: float = 1.0, size_scale: float = 1.0,
-                 gradient_value: float = 1.0, spin_margin: float = SLEEP_MARGIN_S):
+                 gradient_value: float = 1.0, spin_margin: float = SLEEP_MARGIN_S,
+                 async_push: bool = False):
         """spin_margin: seconds of busy-wait at the end of each layer's time (sub-ms precision);
         less spinning leaves more CPU to others (several replayed workers on few cores) at the
-        cost of time.sleep's overshoot."""
+        cost of time.sleep's overshoot. async_push: the push hooks' CPU time overlaps the next
+        layers' compute (as a GPU's backward kernels run on while the CPU hands a gradient to the
+        transport) instead of delaying them."""
         import torch
 
         if time_scale < 0 or size_scale <= 0:
@@ -51,6 +54,7 @@ class ReplayedModel:
         self.size_scale = float(size_scale)
         self.gradient_value = float(gradient_value)
         self.spin_margin = float(spin_margin)
+        self.async_push = bool(async_push)
         self.parameters: dict = {}
         self.gradients: dict = {}
         for layer in profile.layers:
@@ -117,7 +121,8 @@ class ReplayedModel:
                 entered = time.perf_counter()
                 for hook in self._push_hooks:
                     hook(index, layer.name, gradient)
-                clock += time.perf_counter() - entered
+                if not self.async_push:
+                    clock += time.perf_counter() - entered
 
     def step(self) -> float:
         """One iteration (forward then backward); returns its wall-clock seconds."""
