@@ -7,8 +7,8 @@ colocated layout, strict-priority queues for DSCP 46/0 on every port), then per 
 control and per link (10GbE, 40GbE equivalents): R repetitions of every policy, the order rotated
 per repetition (so drift on the shared machine hits all alike), each a segment of `warmup` +
 `iterations` back-to-back iterations after a fresh connection; then the `control-nolimit` row
-(the same job, ports unshaped in effect) and, for VGG-19, the paper's slicing-size table
-(geryon vs endhost at 1024K / 512K / 256K parameters per slice, 10GbE).
+(the same job, ports unshaped in effect) and, for VGG-19 (or the first model of a run without it),
+the paper's slicing-size table (geryon vs endhost at 1024K / 512K / 256K parameters per slice, 10GbE).
 
 Calibration (once, `paper_math.calibration_step`): on VGG-19 vanilla at 10GbE the compute scale is
 moved until the measured scaling efficiency is the paper's 26.9% (at most `calibration_probes`
@@ -150,6 +150,7 @@ class PaperBench:
         self.calibration: dict | None = None
         self.cpu: dict = {}
         self.traces: list[str] = []
+        self.waits: dict[str, dict] = {}     # trace path -> forward waits (paper_trace.forward_waits)
         self.blocked: list[float] = []       # blocked-on-pull seconds of the slowest worker, per iteration
         self.compute_scale = settings.compute_scale
         self.started = time.perf_counter()
@@ -167,6 +168,7 @@ class PaperBench:
         if self.compute_scale is None and "vgg19" not in s.models:
             self.compute_scale = DEFAULT_COMPUTE_SCALE
         models = sorted(s.models, key=lambda m: m != "vgg19")   # VGG-19 first: it calibrates
+        self.slice_table_model = models[0]      # the paper's Table IV is VGG-19's; else the first model
         machine_before = read_proc_stat()
         for model in models:
             self.run_model(model)
@@ -202,7 +204,7 @@ class PaperBench:
                         self.run_link(job, model, link, congestion, scale, compute)
                     if s.control:
                         self.run_control(job, model, congestion, scale, compute)
-                    if model == "vgg19" and s.slice_table and "10gbe" in s.links:
+                    if model == self.slice_table_model and s.slice_table and "10gbe" in s.links:
                         self.run_slice_table(job, model, congestion, scale, compute)
             finally:
                 job.stop()
@@ -263,8 +265,11 @@ class PaperBench:
         if trace and parts:
             from geryon.timeline import merge_parts
 
+            from geryon.bench.paper_trace import forward_waits
+
             merge_parts(trace)
             self.traces.append(trace)
+            self.waits[trace] = forward_waits(trace)
         return times[s.warmup:]
 
     def trace_path(self, *labels) -> str | None:
@@ -296,12 +301,17 @@ class PaperBench:
                          f"({time.perf_counter() - started:.0f} s)")
         vanilla = summarize(times["vanilla"])["median"] if times.get("vanilla") else None
         for policy in s.policies:
+            trace = self.trace_path(model, link, congestion, policy)
+            waits = self.waits.get(trace) if trace else None
             row = make_row(model=model, link=link, policy=policy, workers=s.workers, layout=s.layout,
                            congestion=congestion, times=times[policy], compute_s=compute, batch=s.batch,
                            scale=scale, vanilla_s=vanilla,
                            extra={"table": "scaling", "blocked_s": summarize(blocked[policy])["median"],
                                   "cpu_roles_s_per_iteration": cpu[policy] / (s.repetitions * (
-                                      s.warmup + s.iterations))})
+                                      s.warmup + s.iterations)),
+                                  "trace": trace if waits else None,
+                                  "first_layer_wait_s": waits["first_layer_wait_s"] if waits else None,
+                                  "wait_s_per_iteration": waits["wait_s_per_iteration"] if waits else None})
             self.rows.append(row)
             self.say(_row_line(row))
 
@@ -367,7 +377,7 @@ class PaperBench:
     def record(self) -> dict:
         return {"settings": asdict(self.settings), "compute_scale": self.compute_scale,
                 "calibration": self.calibration, "rows": self.rows, "slicing_rows": self.slicing_rows,
-                "cpu": self.cpu, "traces": self.traces, "wall_s": time.perf_counter() - self.started,
+                "cpu": self.cpu, "traces": self.traces, "waits": self.waits, "wall_s": time.perf_counter() - self.started,
                 "scaling_note": self.scale().describe(LINKS["10gbe"])}
 
 
