@@ -288,7 +288,7 @@ class PaperBench:
         blocked = {policy: [] for policy in s.policies}
         for rep in range(s.repetitions):
             for policy in rotated(s.policies, rep):
-                trace = self.trace_path(model, link, congestion, policy) if rep == 0 else None
+                trace = None
                 before = role_cpu_seconds(job.pids)
                 started = time.perf_counter()
                 mark = len(self.blocked)
@@ -299,6 +299,12 @@ class PaperBench:
                 self.say(f"{model} {link} {congestion} rep {rep + 1}/{s.repetitions} {policy:<14} "
                          f"median {summarize(measured)['median']:.3f} s "
                          f"({time.perf_counter() - started:.0f} s)")
+        if s.timeline:
+            # traced segments run apart and are not measured: the tracer's CPU cost slows an
+            # iteration by several percent on 2 shared cores
+            for policy in s.policies:
+                self.segment(job, policy, scale, congestion, trace=self.trace_path(model, link, congestion, policy))
+                self.say(f"{model} {link} {congestion} {policy}: traced segment written (not measured)")
         vanilla = summarize(times["vanilla"])["median"] if times.get("vanilla") else None
         for policy in s.policies:
             trace = self.trace_path(model, link, congestion, policy)
@@ -324,9 +330,10 @@ class PaperBench:
         started = time.perf_counter()
         mark = len(self.blocked)
         for rep in range(s.repetitions):
-            trace = self.trace_path(model, "nolimit", congestion, policy) if rep == 0 else None
-            times.extend(self.segment(job, policy, scale, congestion, trace=trace))
+            times.extend(self.segment(job, policy, scale, congestion))
         wall = time.perf_counter() - started
+        if s.timeline:
+            self.segment(job, policy, scale, congestion, trace=self.trace_path(model, "nolimit", congestion, policy))
         roles = (role_cpu_seconds(job.pids) - before_cpu) / wall
         machine = cpu_share(before_machine, read_proc_stat())
         row = make_row(model=model, link="none", policy=CONTROL, workers=s.workers, layout=s.layout,
