@@ -17,9 +17,8 @@ COMMAND_MODULES = (
     "geryon.emulate.cli",
     "geryon.netconf.cli",
     "geryon.categorize.cli",
-    "geryon.transport.cli",
+    "geryon.bench.cli",
     "geryon.demo",
-    "geryon.bench.paper_cli",
 )
 
 

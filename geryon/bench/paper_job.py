@@ -27,6 +27,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
+from geryon import envvars
 from geryon.bench.paper_math import slowest_per_iteration
 from geryon.bench.threshold import PACKAGE_ROOT, RoleProcess, _gather
 from geryon.errors import ConfigError, TransportError
@@ -91,7 +92,7 @@ class PaperJob:
         return [p.proc.pid for p in self.servers + self.workers]
 
     def start(self) -> "PaperJob":
-        env = dict(os.environ, GERYON_SECRET=secrets.token_hex(16), OMP_NUM_THREADS="1",
+        env = dict(os.environ, **{envvars.JOB_SECRET: secrets.token_hex(16)}, OMP_NUM_THREADS="1",
                    PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
         role = [sys.executable, "-m", "geryon.bench.replay_roles"]
         if self.spec.nice:

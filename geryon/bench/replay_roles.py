@@ -38,12 +38,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import threading
 import time
 
 import torch
 
+from geryon import envvars
 from geryon.categorize.classes import coarse_split, threshold_split
 from geryon.categorize.profiles import resolve_profile
 from geryon.categorize.replay import SLEEP_MARGIN_S, ReplayedModel
@@ -90,7 +92,8 @@ def _config(args, overrides: dict | None = None, tracer=None) -> TransportConfig
                 "notsent_lowat": 128 * 1024, "placement": "count"}
     settings.update({k: v for k, v in (overrides or {}).items()
                      if k in settings and v is not None})
-    return TransportConfig(job_id=args.job, policy=settings["policy"],
+    return TransportConfig(secret=os.environ.get(envvars.JOB_SECRET, ""), job_id=args.job,
+                           policy=settings["policy"],
                            class_dscp=tuple(int(d) for d in args.dscp.split(",")),
                            slice_bytes=int(settings["slice_bytes"]), timeout=args.timeout,
                            tcp_congestion=settings["congestion"] or None,
