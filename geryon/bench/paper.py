@@ -142,8 +142,9 @@ class PaperSettings:
 class PaperBench:
     """One run: clusters, jobs, segments; rows collected as they are measured."""
 
-    def __init__(self, settings: PaperSettings, progress=None):
+    def __init__(self, settings: PaperSettings, progress=None, on_model_done=None):
         self.settings = settings
+        self.on_model_done = on_model_done
         self.progress = progress or (lambda line: None)
         self.rows: list[dict] = []
         self.slicing_rows: list[dict] = []
@@ -172,6 +173,8 @@ class PaperBench:
         machine_before = read_proc_stat()
         for model in models:
             self.run_model(model)
+            if self.on_model_done is not None:     # e.g. write the outputs so far
+                self.on_model_done(self.record())
         self.cpu["machine_share_run"] = cpu_share(machine_before, read_proc_stat())
         return self.record()
 
@@ -409,9 +412,12 @@ def _row_line(row: dict) -> str:
             f"paper {_pct(row['paper_scaling_efficiency'])}{error}")
 
 
-def run_paper_bench(settings: PaperSettings, progress=None) -> dict:
-    """Measure everything `settings` asks for on fresh emulated clusters; the full record."""
-    return PaperBench(settings, progress).run()
+def run_paper_bench(settings: PaperSettings, progress=None, on_model_done=None) -> dict:
+    """Measure everything `settings` asks for on fresh emulated clusters; the full record.
+
+    `on_model_done(record)` is called after each model with the record so far (a later model's
+    failure then loses only that model)."""
+    return PaperBench(settings, progress, on_model_done).run()
 
 
 def write_outputs(record: dict, out_dir: str) -> dict:

@@ -96,7 +96,8 @@ def _bench_paper(args) -> int:
 
     settings = settings_from_args(args)
     require_root("geryon bench paper")
-    record = run_paper_bench(settings, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    record = run_paper_bench(settings, progress=lambda line: print(line, file=sys.stderr, flush=True),
+                             on_model_done=(lambda so_far: write_outputs(so_far, args.out)) if args.out else None)
     if args.out:
         paths = write_outputs(record, args.out)
         print(f"wrote {paths['json']}, {paths['markdown']}, {paths['png']}", file=sys.stderr)

@@ -34,6 +34,7 @@ from geryon.errors import ConfigError, TransportError
 
 LAYOUTS = ("colocated", "separate")
 RUN_TIMEOUT_S = 600.0
+START_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,8 @@ class PaperJob:
             self.workers.append(RoleProcess(self.cluster, self.worker_host(rank),
                                             [*role, "worker", "--rank", rank, *extra], env, self._log_dir))
         for process in self.servers + self.workers:
-            process.receive()             # "ready": imports done, tensors allocated
+            # "ready": imports done, tensors allocated (16 torch imports on 2 loaded cores: minutes)
+            process.receive(timeout=START_TIMEOUT_S)
         return self
 
     def stop(self) -> None:
