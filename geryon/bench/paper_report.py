@@ -101,8 +101,8 @@ def plot_paper(record: dict, path) -> None:
     ax.set_xticklabels([" ".join(k) for k in groups], fontsize=8)
     ax.set_ylabel("scaling efficiency (%)")
     ax.set_ylim(0, 105)
-    ax.set_title(f"{record['rows'][0]['workers'] if record['rows'] else ''} workers, replayed models, "
-                 f"compute scale {record['compute_scale']:.2f} (dotted: no-limit control)")
+    ax.set_title(f"{record['rows'][0]['workers'] if record['rows'] else ''} workers, compute scale "
+                 f"{record['compute_scale']:.2f}; ticks: paper, dotted: no-limit control", fontsize=9)
     ax.legend(fontsize=7, ncol=3, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
