@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "geryon.demo",
     "geryon.sim.cli",
     "geryon.analyze.cli",
+    "geryon.cluster.cli",
 )
 
 

@@ -123,7 +123,8 @@ def summarize_threshold_run(record: dict, png_name: str | None = None) -> str:
         lines += [f"![iteration time vs threshold]({png_name})", ""]
     lines += [f"- ranks: {describe_ranks(record)}; metric: {context.get('metric', 'position')}; "
               f"backend: {context.get('backend', 'training')}",
-              f"- probes: {len(record['probes'])} (budget {settings['budget']}, first round {settings['first_round']}), "
+              f"- probes: {len(record['probes'])} (budget {settings['budget']}, "
+              f"first round {settings['first_round']}), "
               f"{settings['iters_per_probe']} iterations each, {settings['warmup']} discarded as warm-up",
               f"- fit: {fit.method}; noise scale {fit.noise_scale * 1e3:.2f} ms" if fit else "- fit: none",
               f"- **chosen threshold: {chosen:g}**"

@@ -23,8 +23,9 @@ business, it just sees a new assignment at an iteration boundary.
 
 Defaults, from measurements on the analytic model (`model.py`; `geryon bench threshold` reproduces
 one run): VGG-19 at 40 and 10 Gbit/s, ResNet-50 at 10 and 5 Gbit/s, Inception-v3 at 5 Gbit/s,
-AlexNet at 10 Gbit/s; every iteration time multiplied by lognormal noise (sigma 2% or 5%) and 5% of iterations made 3x slower; 60 seeds per case; error =
-noise-free time at the chosen threshold over the best of the 21 candidates.
+AlexNet at 10 Gbit/s; every iteration time multiplied by lognormal noise (sigma 2% or 5%) and 5% of
+iterations made 3x slower; 60 seeds per case; error = noise-free time at the chosen threshold over
+the best of the 21 candidates.
 - budget 10, first round 6, 5 iterations per probe, 1 warm-up (the public fork's 10 probes of
   5 steps), grid step 0.05, smoothing 0.25: at 2% noise mean error 0.2-0.6% per case, worst
   2.8%, no run beyond 3%; at 5% noise mean 0.3-1.8%, 9% of runs beyond 3% (22% for ResNet-50 at

@@ -27,7 +27,8 @@ Setup happens on the model's first forward call (a pre-hook on the model), becau
 ranking needs a sample input: rank parameters (geryon.runtime.priorities), check every worker has
 the same class assignment, then worker 0 publishes the servers' starting point in the job's store
 under `<prefix>ps/spec` -- the initial parameter values (torch.save bytes), the (class, urgency) of
-each tensor, the optimizer spec (JSON) and any optimizer state already loaded, in chunks the store accepts (geryon.runtime.store_blobs) -- and every worker reads the servers' addresses
+each tensor, the optimizer spec (JSON) and any optimizer state already loaded, in chunks the store
+accepts (geryon.runtime.store_blobs) -- and every worker reads the servers' addresses
 (`<prefix>ps/server/<j>`), connects, and pulls version 0, so all workers start from worker 0's
 values whatever their own initialisation was.
 

@@ -90,10 +90,9 @@ def serve(env: RankEnv) -> int:
                       flush=True)
             while not stopped.is_set():
                 server.serve_until_workers_leave(timeout=POLL_S)
-                pool = server.pool
-                if len(pool.left | set(pool.failures)) >= workers:
+                if len(server.pool.departed()) >= workers:
                     break
-            lost = {} if stopped.is_set() else dict(server.pool.failures)
+            lost = {} if stopped.is_set() else server.pool.lost()
             next_switch = prefix + SWITCH_KEY.format(switch=switch + 1)
             if stopped.is_set() or lost or not store.check([next_switch]):
                 break

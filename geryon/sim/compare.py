@@ -5,8 +5,8 @@ scale: `time_scale` (paper compute = profile x time_scale; `compute_scale` is re
 `bw_bits` (the paper-scale link rate), else `link_rate_bits` (the emulated port) with `size_scale`
 and `wall_scale` (emulated seconds per paper second: link = link_rate_bits x wall_scale /
 size_scale, iteration = iteration_s / wall_scale). `slice_params`, `placement` and `servers` are
-used when present, in the row or in the file's `settings` object (bench paper's paper.json). Rows without iteration_s, or with a policy the
-simulator does not know (the `control-nolimit` row), are skipped and counted.
+used when present, in the row or in the file's `settings` object (bench paper's paper.json). Rows
+without iteration_s, or with a policy the simulator does not know (the `control-nolimit` row), are skipped and counted.
 
 The control row (same job, no bandwidth limit) measures the harness's own cost per iteration:
 `harness_s` = its iteration_s - its compute_s (same model and congestion control). The fluid model

@@ -228,7 +228,7 @@ class ParameterServer(PoolOwner):
         """Block until every worker said goodbye or failed, or until `timeout` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.pool.cond:
-            while len(self.pool.left | set(self.pool.failures)) < self.workers:
+            while len(self.pool.departed()) < self.workers:
                 if deadline is not None and time.monotonic() > deadline:
                     return
                 self.pool.cond.wait(0.2)
@@ -242,7 +242,7 @@ class ParameterServer(PoolOwner):
         while True:
             self.serve_until_workers_leave(timeout=0.2)
             with self.pool.cond:
-                everyone = len(self.pool.left | set(self.pool.failures)) >= self.workers
+                everyone = len(self.pool.departed()) >= self.workers
                 failure, failed_at = self.failure, self._failed_at
             if failure is not None and (everyone or time.monotonic() > failed_at + abort_grace):
                 raise failure
@@ -257,7 +257,7 @@ class ParameterServer(PoolOwner):
         hostile client cannot end the job.
         """
         if isinstance(exc, ProtocolError) or flow.peer_id not in self.joined or flow.peer_done \
-                or flow.peer_id in self.pool.left or self.pool.closed:
+                or self.pool.has_left(flow.peer_id) or self.pool.closed:
             return
         reason = exc.reason if isinstance(exc, PeerAborted) else f"worker {flow.peer_id} failed ({exc})"
         with self.pool.cond:
