@@ -23,13 +23,13 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 
 from geryon import envvars
 from geryon.bench.paper_math import slowest_per_iteration
-from geryon.bench.threshold import PACKAGE_ROOT, RoleProcess, _gather
+from geryon.bench.threshold import REPLAY_MODULE, RoleProcess, _gather
+from geryon.childproc import child_env, module_argv
 from geryon.errors import ConfigError, TransportError
 
 LAYOUTS = ("colocated", "separate")
@@ -90,12 +90,11 @@ class PaperJob:
 
     @property
     def pids(self) -> list[int]:
-        return [p.proc.pid for p in self.servers + self.workers]
+        return [p.child.process.pid for p in self.servers + self.workers]
 
     def start(self) -> "PaperJob":
-        env = dict(os.environ, **{envvars.JOB_SECRET: secrets.token_hex(16)}, OMP_NUM_THREADS="1",
-                   PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
-        role = [sys.executable, "-m", "geryon.bench.replay_roles"]
+        env = child_env({envvars.JOB_SECRET: secrets.token_hex(16), "OMP_NUM_THREADS": "1"})
+        role = module_argv(REPLAY_MODULE)
         if self.spec.nice:
             role = ["nice", "-n", str(self.spec.nice), *role]
         extra = self.spec.role_args()
