@@ -7,6 +7,7 @@ TCP_NOTSENT_LOWAT measurement, are in docs/measurements.md.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -46,7 +47,7 @@ class TransportConfig:
             raise ConfigError(f"class_dscp {self.class_dscp}: give 1-8 DSCP values in 0..63")
         if not 0 <= self.job_id < 2**32:
             raise ConfigError(f"job_id {self.job_id} must fit in 32 bits")
-        if self.slice_bytes < 1024 or self.bucket_bytes < 1 or self.timeout <= 0:
+        if self.slice_bytes < 1024 or self.bucket_bytes < 1 or not 0 < self.timeout < math.inf:
             raise ConfigError("slice_bytes must be >= 1024, bucket_bytes >= 1 and timeout > 0")
         get_policy(self.policy)
         if self.placement not in PLACEMENTS:
