@@ -387,7 +387,8 @@ class PaperBench:
     def record(self) -> dict:
         return {"settings": asdict(self.settings), "compute_scale": self.compute_scale,
                 "calibration": self.calibration, "rows": self.rows, "slicing_rows": self.slicing_rows,
-                "cpu": self.cpu, "traces": self.traces, "waits": self.waits, "wall_s": time.perf_counter() - self.started,
+                "cpu": self.cpu, "traces": self.traces, "waits": self.waits,
+                "wall_s": time.perf_counter() - self.started,
                 "scaling_note": self.scale().describe(LINKS["10gbe"])}
 
 
