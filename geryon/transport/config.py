@@ -16,6 +16,7 @@ from geryon.transport.policy import Policy, get_policy
 from geryon.transport.trace import TransferEvent
 
 DEFAULT_DSCP = (46, 0)
+PLACEMENTS = ("count", "bytes")   # see transport.shards.plan_shards
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class TransportConfig:
     tcp_congestion: str | None = None            # e.g. "cubic", "bbr"; None = system default
     notsent_lowat: int | None = 128 * 1024       # TCP_NOTSENT_LOWAT; None leaves it alone
     max_payload: int = 1 << 30                   # largest data frame accepted, in bytes
+    placement: str = "count"                     # PS slices over servers: "count" round-robin, "bytes" balanced
     # called with a TransferEvent per data slice queued / sent / received (see transport.trace)
     tracer: Callable[[TransferEvent], None] | None = field(default=None, compare=False, repr=False)
 
@@ -48,6 +50,8 @@ class TransportConfig:
         if self.slice_bytes < 1024 or self.bucket_bytes < 1 or not 0 < self.timeout < math.inf:
             raise ConfigError("slice_bytes must be >= 1024, bucket_bytes >= 1 and timeout > 0")
         get_policy(self.policy)
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"placement {self.placement!r}: choose one of {', '.join(PLACEMENTS)}")
 
     @property
     def scheduling(self) -> Policy:

@@ -152,7 +152,8 @@ class ParameterServer(PoolOwner):
         prios = normalize_priorities(len(params), priorities, config.classes)
         self.specs = param_specs(params, prios)
         self.shapes = [p.shape for p in params]
-        self.plan = plan_shards(self.specs, servers, self.policy, config.slice_bytes)
+        self.plan = plan_shards(self.specs, servers, self.policy, config.slice_bytes,
+                                config.placement)
         self.digest = shard_digest(self.specs, self.plan, servers, workers)
         if optimizer is None:
             optimizer = OptimizerSpec("SGD", ({"lr": lr, "momentum": momentum, "dampening": dampening,
@@ -517,7 +518,8 @@ class PSWorker(PoolOwner):
                 raise ConfigError("PSWorker needs contiguous parameter tensors")
         prios = normalize_priorities(len(self.params), priorities, config.classes)
         self.specs = param_specs(self.params, prios)
-        self.plan = plan_shards(self.specs, len(servers), self.policy, config.slice_bytes)
+        self.plan = plan_shards(self.specs, len(servers), self.policy, config.slice_bytes,
+                                config.placement)
         self.digest = shard_digest(self.specs, self.plan, len(servers), workers)
         self.by_key = {s.key: s for s in self.plan}
         self.shards_of = [[] for _ in self.params]
