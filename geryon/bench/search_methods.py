@@ -38,11 +38,12 @@ METHODS = {
 
 
 def evaluate(model: str, bandwidth: float, noise: float, overrides: dict, seeds: int,
-             iters_per_probe: int = 5, warmup: int = 1) -> list[float]:
+             iters_per_probe: int = 5, warmup: int = 1, bursts: float = 0.0) -> list[float]:
     profile = resolve_profile(model)
     ratios = []
     for seed in range(seeds):
-        measure, truth = analytic_measure(profile, bandwidth, noise=noise, outlier_rate=0.05, seed=seed)
+        measure, truth = analytic_measure(profile, bandwidth, noise=noise, outlier_rate=0.05, seed=seed,
+                                          burst_rate=bursts)
         settings = SearchSettings(iters_per_probe=iters_per_probe, warmup=warmup, **overrides)
         search = ThresholdSearch(settings)
         chosen = search.run(measure)
@@ -93,6 +94,10 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", default=",".join(f"{m}@{b / 1e9:g}" for m, b in CASES),
                         help="model@Gbit/s per worker, comma-separated")
     parser.add_argument("--methods", default=",".join(str(i) for i in range(len(METHODS))))
+    parser.add_argument("--bursts", type=float, default=0.0,
+                        help="per-iteration chance that a burst of 4 iterations 25%% slower starts")
+    parser.add_argument("--iters-per-probe", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--replay", nargs="*", help="RUN.json files of emulated benches (see above)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -105,14 +110,15 @@ def main(argv=None) -> int:
         for noise in (float(n) for n in args.noise.split(",")):
             for name in names:
                 started = time.perf_counter()
-                ratios = np.array(evaluate(model, bandwidth, noise, METHODS[name], args.seeds))
-                row = {"model": model, "gbps": bandwidth / 1e9, "noise": noise, "method": name,
+                ratios = np.array(evaluate(model, bandwidth, noise, METHODS[name], args.seeds,
+                                           args.iters_per_probe, args.warmup, args.bursts))
+                row = {"model": model, "gbps": bandwidth / 1e9, "noise": noise, "bursts": args.bursts, "method": name,
                        "mean_pct": 100 * (ratios.mean() - 1), "p95_pct": 100 * (np.percentile(ratios, 95) - 1),
                        "worst_pct": 100 * (ratios.max() - 1), "beyond_3pct": float((ratios > 1.03).mean()),
                        "seconds": time.perf_counter() - started}
                 rows.append(row)
                 if not args.json:
-                    print(f"{model:10s} {bandwidth / 1e9:4g}G noise {noise:.2f} {name:28s} mean {row['mean_pct']:5.2f}% "
+                    print(f"{model:10s} {bandwidth / 1e9:4g}G noise {noise:.2f} bursts {args.bursts:.2f} {name:28s} mean {row['mean_pct']:5.2f}% "
                           f"p95 {row['p95_pct']:5.2f}% worst {row['worst_pct']:5.2f}% >3%: "
                           f"{100 * row['beyond_3pct']:4.0f}%  ({row['seconds']:.0f} s)", flush=True)
     if args.json:

@@ -22,15 +22,20 @@ from geryon.categorize.search import SearchSettings, ThresholdSearch
 
 
 def analytic_measure(profile: LayerProfile, bandwidth: float, metric: str = "position",
-                     noise: float = 0.02, outlier_rate: float = 0.05, seed: int = 0):
+                     noise: float = 0.02, outlier_rate: float = 0.05, seed: int = 0,
+                     burst_rate: float = 0.0, burst_length: int = 4, burst_slowdown: float = 0.25):
     """(measure_iteration, true_iter_s) for `profile` on the analytic model with noise added.
 
-    Both take a threshold (two classes) or a tuple of K−1 thresholds.
+    Both take a threshold (two classes) or a tuple of K−1 thresholds. Besides independent noise and
+    single slow iterations, `burst_rate` starts (per iteration) a burst of `burst_length` iterations
+    each `burst_slowdown` slower: load from other processes on a shared machine, measured on the
+    emulated cluster as runs of consecutive slow iterations that a probe's median does not remove.
     """
     model = IterationModel.from_profile(profile, bandwidth)
     exact = model.threshold_measure(profile.ranking(), metric)
     cache: dict[float, float] = {}
     rng = np.random.default_rng(seed)
+    burst = {"left": 0}
 
     def true_iter_s(threshold) -> float:
         key = threshold if isinstance(threshold, (int, float)) else tuple(threshold)
@@ -42,6 +47,11 @@ def analytic_measure(profile: LayerProfile, bandwidth: float, metric: str = "pos
         value = true_iter_s(threshold) * float(rng.lognormal(0.0, noise)) if noise else true_iter_s(threshold)
         if outlier_rate and rng.random() < outlier_rate:
             value *= 3.0  # a GC pause, a retransmission timeout
+        if burst_rate and not burst["left"] and rng.random() < burst_rate:
+            burst["left"] = burst_length
+        if burst["left"]:
+            burst["left"] -= 1
+            value *= 1.0 + burst_slowdown
         return value
 
     return measure_iteration, true_iter_s
