@@ -34,6 +34,9 @@ METHODS = {
     "fit + re-measure top two": dict(method="fit", confirm=2),
     "gp (6 + 4 refining)": dict(method="gp", confirm=0),
     "gp + re-measure top two": dict(method="gp", confirm=2),
+    "fit, fastest 2/3": dict(method="fit", confirm=0, fastest=2 / 3),
+    "fit + re-measure, fastest 2/3": dict(method="fit", confirm=2, fastest=2 / 3),
+    "gp + re-measure, fastest 2/3": dict(method="gp", confirm=2, fastest=2 / 3),
 }
 
 

@@ -77,6 +77,7 @@ class SearchSettings:
                                 # None: fit for two classes, gp for more
     confirm: int = 2            # last probes: re-measure the two best points, alternating
     kappa: float = 1.0          # gp: next point minimises mean − kappa · sd
+    fastest: float = 1.0        # share of each probe's kept iterations the model sees: the fastest ones
 
     def __post_init__(self):
         values = [float(t) for t in self.candidates]
@@ -101,6 +102,8 @@ class SearchSettings:
             object.__setattr__(self, "budget", default_budget(self.classes))
         if self.budget < 1 or self.first_round < 1 or self.confirm < 0:
             raise ConfigError("budget and first_round must be at least 1, confirm at least 0")
+        if not 0 < self.fastest <= 1:
+            raise ConfigError(f"fastest must be in (0, 1], got {self.fastest}")
         if self.iters_per_probe < 1 or not 0 <= self.warmup < self.iters_per_probe:
             raise ConfigError(f"need 0 <= warmup ({self.warmup}) < iters_per_probe ({self.iters_per_probe})")
 
@@ -217,7 +220,8 @@ class ThresholdSearch:
         settings = self.settings
         per_iteration = [max(times[i] for times in all_times) for i in range(settings.iters_per_probe)]
         kept = per_iteration[settings.warmup:]
-        self._samples.setdefault(self._current, []).extend(kept)
+        used = sorted(kept)[:max(1, round(settings.fastest * len(kept)))]
+        self._samples.setdefault(self._current, []).extend(used)
         spent = len(self.probes)
         refining_until = max(len(self._plan), settings.budget - settings.confirm)
         phase = 1 if spent < len(self._plan) else (2 if spent < refining_until else 3)
