@@ -17,7 +17,7 @@ COMMAND_MODULES = (
     "geryon.emulate.cli",
     "geryon.netconf.cli",
     "geryon.categorize.cli",
-    "geryon.transport.cli",
+    "geryon.bench.cli",
     "geryon.demo",
 )
 

@@ -46,7 +46,7 @@ class HostKeyError(LaunchError):
 
 
 class ProfileError(ConfigError):
-    """A per-layer profile file that is not in the documented format (see shared/profiles/README.md)."""
+    """A per-layer profile file that is not in the documented format (see geryon/categorize/profiles_data/README.md)."""
 
 
 class TransportError(GeryonError):

@@ -1,6 +1,7 @@
 """Timelines: Chrome/Perfetto traces of a job, one part per rank, merged by the launcher.
 
-`--timeline FILE` reaches every rank as GERYON_TIMELINE. Each rank records into a `RankTimeline`:
+`--timeline FILE` reaches every rank (geryon.runtime.env.RankEnv.timeline). Each rank records into a
+`RankTimeline`:
   - forward and backward of every leaf module, as complete ("X") spans on the rank's compute track;
   - every transfer the transport reports (`TransportConfig.tracer`, one `TransferEvent` per step),
     on one track per (direction, peer, class): the time a frame waited in its send queue as an
@@ -169,15 +170,13 @@ class RankTimeline:
 _rank_timeline: RankTimeline | None = None
 
 
-def rank_timeline(environ=None) -> RankTimeline | None:
-    """This rank's timeline when GERYON_TIMELINE is set (created once, saved at exit), else None."""
+def rank_timeline(path: str | None, rank_name: str) -> RankTimeline | None:
+    """This rank's timeline when the job has one (`path`; created once, saved at exit), else None."""
     global _rank_timeline
-    env = os.environ if environ is None else environ
-    path = env.get("GERYON_TIMELINE")
     if not path:
         return None
     if _rank_timeline is None:
-        _rank_timeline = RankTimeline(path, env.get("GERYON_RANK_NAME") or f"worker{env.get('RANK', '0')}")
+        _rank_timeline = RankTimeline(path, rank_name)
         atexit.register(_rank_timeline.save)
     return _rank_timeline
 

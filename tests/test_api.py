@@ -4,19 +4,19 @@ import socket
 
 import pytest
 
-from geryon.api import JobContext, first_slurm_host, read_context
+from geryon.runtime.env import RankEnv, first_slurm_host
 from geryon.errors import ConfigError
 from launch_support import EXAMPLE, EXAMPLE_ARGS, PYTHON, REPO, clean_env, json_records, loss_curve, \
     run_single_process
 
 
 def test_single_process_without_variables():
-    context = read_context({})
-    assert context == JobContext() and not context.distributed and context.is_main
+    context = RankEnv.from_environ({})
+    assert context == RankEnv() and not context.distributed and context.is_main
 
 
 def test_geryon_launch_variables():
-    context = read_context({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "10.199.0.1",
+    context = RankEnv.from_environ({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "MASTER_ADDR": "10.199.0.1",
                             "MASTER_PORT": "29500", "GERYON_ROLE": "worker", "GERYON_MODE": "ps",
                             "GERYON_POLICY": "geryon", "GERYON_SERVERS": "2", "GERYON_JOB_SECRET": "s3cret",
                             "GERYON_CLASSES": "high:46,low:0", "GERYON_HOST_IP": "10.199.0.2"})
@@ -26,13 +26,13 @@ def test_geryon_launch_variables():
 
 
 def test_torchrun_variables():
-    context = read_context({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+    context = RankEnv.from_environ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                             "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "x"})
     assert (context.launcher, context.mode, context.world_size) == ("torchrun", "allreduce", 2)
 
 
 def test_slurm_variables():
-    context = read_context({"SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
+    context = RankEnv.from_environ({"SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
                             "SLURM_STEP_NODELIST": "node[07-10],gpu1", "SLURM_JOB_ID": "4242"})
     assert (context.launcher, context.rank, context.world_size, context.local_rank) == ("slurm", 3, 8, 1)
     assert (context.master_addr, context.master_port) == ("node07", 24242)
@@ -46,9 +46,9 @@ def test_first_slurm_host(nodelist, first):
 
 def test_bad_variables_are_clear_errors():
     with pytest.raises(ConfigError, match="GERYON_MODE"):
-        read_context({"GERYON_MODE": "mpi"})
+        RankEnv.from_environ({"GERYON_MODE": "mpi"})
     with pytest.raises(ConfigError, match="RANK='one'"):
-        read_context({"RANK": "one", "WORLD_SIZE": "2"})
+        RankEnv.from_environ({"RANK": "one", "WORLD_SIZE": "2"})
 
 
 @pytest.mark.slow

@@ -7,11 +7,12 @@ import torch
 from torch import nn
 
 from geryon.errors import ConfigError
-from geryon.launch import jobtransport
-from geryon.launch.ddp_sync import BucketPriorities
-from geryon.launch.priorities import (agree_on_assignment, assignment_for, decide_priorities,
+from geryon.runtime import jobtransport
+from geryon.runtime.env import RankEnv
+from geryon.runtime.ddp_sync import BucketPriorities
+from geryon.runtime.priorities import (agree_on_assignment, assignment_for, decide_priorities,
                                       definition_order_ranking, tensor_priorities)
-from geryon.launch.ps_sync import decode_spec, encode_spec, sgd_settings
+from geryon.runtime.ps_sync import decode_spec, encode_spec, sgd_settings
 
 
 class Net(nn.Module):
@@ -29,13 +30,13 @@ class Net(nn.Module):
 def test_transport_config_from_the_launchers_variables():
     env = {"GERYON_JOB_SECRET": "s3cret", "GERYON_JOB_ID": "jabc12", "GERYON_POLICY": "geryon",
            "GERYON_CLASSES": "high:46,mid:26,low:0", "GERYON_TRANSPORT_TIMEOUT": "2.5"}
-    config = jobtransport.transport_config(env)
+    config = jobtransport.transport_config(RankEnv.from_environ(env))
     assert (config.policy, config.class_dscp, config.timeout) == ("geryon", (46, 26, 0), 2.5)
     assert config.job_id == jobtransport.transport_job_id("jabc12") != jobtransport.transport_job_id("jabc13")
-    assert jobtransport.transport_config({"GERYON_JOB_SECRET": "x"}).class_dscp == (46, 0)
-    assert jobtransport.has_transport(env) and not jobtransport.has_transport({})
+    assert jobtransport.transport_config(RankEnv(secret="x")).class_dscp == (46, 0)
+    assert RankEnv.from_environ(env).has_transport and not RankEnv.from_environ({}).has_transport
     with pytest.raises(ConfigError, match="GERYON_TRANSPORT_TIMEOUT"):
-        jobtransport.transport_timeout({"GERYON_TRANSPORT_TIMEOUT": "soon"})
+        RankEnv.from_environ({"GERYON_TRANSPORT_TIMEOUT": "soon"})
 
 
 def test_reserved_port_can_still_be_listened_on():

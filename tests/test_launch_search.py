@@ -7,7 +7,8 @@ import subprocess
 import pytest
 
 from geryon.errors import ConfigError
-from geryon.launch.search_sync import run_record_path, search_settings
+from geryon.runtime.env import RankEnv
+from geryon.runtime.search_sync import run_record_path, search_settings
 from launch_support import EXAMPLE, EXAMPLE_ARGS, PYTHON, REPO, clean_env, json_records, loss_curve, \
     rank_lines, run_launcher, run_single_process
 
@@ -59,23 +60,24 @@ def test_search_switches_everywhere_and_keeps_the_curve(single_curve, mode_args,
 
 
 def test_settings_come_from_the_environment():
-    settings = search_settings({"GERYON_SEARCH_CANDIDATES": "0, 0.25,1", "GERYON_SEARCH_ITERS": "3",
-                                "GERYON_SEARCH_WARMUP": "0", "GERYON_SEARCH_BUDGET": "4"})
+    settings = search_settings(RankEnv.from_environ({
+        "GERYON_SEARCH_CANDIDATES": "0, 0.25,1", "GERYON_SEARCH_ITERS": "3", "GERYON_SEARCH_WARMUP": "0",
+        "GERYON_SEARCH_BUDGET": "4"}))
     assert settings.candidates == (0.0, 0.25, 1.0) and settings.iters_per_probe == 3
     assert settings.warmup == 0 and settings.budget == 4
-    assert search_settings({}).iters_per_probe == 5  # the measured defaults otherwise
+    assert search_settings(RankEnv()).iters_per_probe == 5  # the measured defaults otherwise
 
 
 @pytest.mark.parametrize("env", [{"GERYON_SEARCH_CANDIDATES": "0,x"}, {"GERYON_SEARCH_CANDIDATES": "0.5,1.5"},
                                  {"GERYON_SEARCH_ITERS": "two"}, {"GERYON_SEARCH_ITERS": "1"}])
 def test_bad_settings_are_clear_errors(env):
     with pytest.raises(ConfigError, match="GERYON_SEARCH"):
-        search_settings(env)
+        search_settings(RankEnv.from_environ(env))
 
 
 def test_run_record_goes_next_to_the_timeline(tmp_path):
-    assert run_record_path({"GERYON_SEARCH_RUN": "/x/r.json"}).as_posix() == "/x/r.json"
-    assert run_record_path({"GERYON_TIMELINE": str(tmp_path / "trace.json")}) == tmp_path / "trace.RUN.json"
+    assert run_record_path(RankEnv(search_run="/x/r.json")).as_posix() == "/x/r.json"
+    assert run_record_path(RankEnv(timeline=str(tmp_path / "trace.json"))) == tmp_path / "trace.RUN.json"
 
 
 def test_blobs_larger_than_a_store_message_round_trip():
@@ -83,7 +85,7 @@ def test_blobs_larger_than_a_store_message_round_trip():
 
     import torch
 
-    from geryon.launch.store_blobs import CHUNK_BYTES, get_blob, put_blob
+    from geryon.runtime.store_blobs import CHUNK_BYTES, get_blob, put_blob
 
     store = torch.distributed.HashStore()
     store.set_timeout(timedelta(seconds=2))

@@ -16,7 +16,7 @@ TIMEOUT = 30.0     # the transport timeout; everyone must fail well before it
 def _role(*argv):
     argv = [*argv, "--secret", "ps-failure", "--timeout", TIMEOUT, "--slice-bytes", 65536,
             "--sizes", "400000,4000"]
-    return subprocess.Popen([sys.executable, "-m", "geryon.transport.roles", *map(str, argv)],
+    return subprocess.Popen([sys.executable, "-m", "geryon.bench.transport_roles", *map(str, argv)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from geryon.categorize.bench import analytic_measure, profile_context, run_threshold_bench
+from geryon.bench.sweep import analytic_measure, profile_context, run_threshold_bench
 from geryon.categorize.profiles import resolve_profile
 from geryon.categorize.runrecord import load_run, write_run
 from geryon.categorize.search import SearchSettings

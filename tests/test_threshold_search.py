@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from geryon.categorize.bench import analytic_measure, profile_context, run_threshold_bench
+from geryon.bench.sweep import analytic_measure, profile_context, run_threshold_bench
 from geryon.categorize.fit import fit_threshold_curve
 from geryon.categorize.profiles import resolve_profile
 from geryon.categorize.search import SearchSettings, ThresholdSearch

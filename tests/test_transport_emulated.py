@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from geryon.transport.allreduce import reference_allreduce_tensors
-from geryon.transport.emulated import BASE_PORT, ring_placements, role_argv, run_roles
-from geryon.transport.roles import _ps_params, allreduce_inputs
+from geryon.bench.emulated import BASE_PORT, ring_placements, role_argv, run_roles
+from geryon.bench.transport_roles import _ps_params, allreduce_inputs
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -25,7 +25,7 @@ SECRET = "fuzz-secret"
 def _start_ring(world, extra=()):
     ports = free_ports(world)
     peers = ",".join(f"127.0.0.1:{p}" for p in ports)
-    argv = [sys.executable, "-m", "geryon.transport.roles", "allreduce", "--peers", peers,
+    argv = [sys.executable, "-m", "geryon.bench.transport_roles", "allreduce", "--peers", peers,
             "--sizes", "2000000", "--iters", "100000", "--checksum", "--timeout", "3",
             "--secret", SECRET, "--slice-bytes", "65536", *extra]
     return [subprocess.Popen(argv + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

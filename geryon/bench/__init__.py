@@ -4,6 +4,12 @@ The layers know nothing of each other's internals (categorize does not import th
 emulator, the transport knows nothing of the threshold search); a benchmark that needs all of them
 together is a composition point, and lives here rather than inside one of them.
 
+  cli            `geryon bench threshold|transport|allreduce|priority`
+  sweep          the threshold search against the exhaustive sweep, with the analytic backend
+  transport      `bench transport|allreduce|priority` on an emulated cluster
+  transport_roles  the processes those run (`python -m geryon.bench.transport_roles ROLE`), also used
+                 by the transport's failure tests; priority: the priority bench's two roles
+  emulated       starts roles inside emulated hosts and collects their JSON lines
   replay_roles   the processes of a replayed-model PS job (`python -m geryon.bench.replay_roles
                  worker|server`), driven line by line over stdin/stdout
   threshold      `EmulatedThresholdBench`: the threshold search and the exhaustive sweep measured on

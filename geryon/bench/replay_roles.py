@@ -38,12 +38,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import threading
 import time
 
 import torch
 
+from geryon import envvars
 from geryon.categorize.classes import threshold_split
 from geryon.categorize.profiles import resolve_profile
 from geryon.categorize.replay import SLEEP_MARGIN_S, ReplayedModel
@@ -80,7 +82,7 @@ def params_digest(tensors) -> str:
 
 
 def _config(args) -> TransportConfig:
-    return TransportConfig(job_id=args.job, policy=args.policy,
+    return TransportConfig(secret=os.environ.get(envvars.JOB_SECRET, ""), job_id=args.job, policy=args.policy,
                            class_dscp=tuple(int(d) for d in args.dscp.split(",")),
                            slice_bytes=args.slice_bytes, timeout=args.timeout,
                            tcp_congestion=args.congestion or None)

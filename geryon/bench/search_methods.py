@@ -1,7 +1,7 @@
 """Search methods compared on the analytic model over many seeds: `python -m geryon.bench.search_methods`.
 
 Each case is a model at a per-worker bandwidth with multiplicative lognormal noise per iteration and
-5% of iterations 3x slower (`categorize.bench.analytic_measure`); each method runs the same budget
+5% of iterations 3x slower (`geryon.bench.sweep.analytic_measure`); each method runs the same budget
 on the same seeds; the error of a run is the noise-free time at the chosen threshold over the
 noise-free best candidate (`true_ratio`). Prints one row per (case, noise, method): mean error,
 95th percentile, worst, and the share of runs beyond 3%.
@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from geryon.categorize.bench import analytic_measure
+from geryon.bench.sweep import analytic_measure
 from geryon.categorize.profiles import resolve_profile
 from geryon.categorize.search import SearchSettings, ThresholdSearch
 

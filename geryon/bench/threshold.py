@@ -10,7 +10,7 @@ flow per class, marked with its DSCP). `ReplayedPSJob.measure_iteration(threshol
 synchronous iteration on every worker and returns the slowest worker's seconds; when the threshold
 differs from the previous iteration's it first switches every rank to threshold_split(ranking, [t])
 at that iteration boundary (drain, reconnect, digests compared; see `replay_roles.py`). That is all
-`categorize.bench.run_threshold_bench` needs for the search, the sweep and the re-measurement.
+`geryon.bench.sweep.run_threshold_bench` needs for the search, the sweep and the re-measurement.
 
 Scaling (why a 2-core machine can stand for the paper's cluster): an iteration's shape is set by the
 ratio of compute time to transfer time. Compute is replayed at `time_scale` x the profiled GPU times,
@@ -69,6 +69,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from geryon import envvars
 from geryon.signals import sigterm_as_interrupt
 from geryon.errors import ConfigError, TransportError
 
@@ -221,7 +222,7 @@ class ReplayedPSJob:
         self._log_dir = tempfile.mkdtemp(prefix="gy-replay-")
 
     def start(self) -> "ReplayedPSJob":
-        env = dict(os.environ, GERYON_SECRET=secrets.token_hex(16), OMP_NUM_THREADS="1",
+        env = dict(os.environ, **{envvars.JOB_SECRET: secrets.token_hex(16)}, OMP_NUM_THREADS="1",
                    PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
         role = [sys.executable, "-m", "geryon.bench.replay_roles"]
         extra = self.setup.role_args()
@@ -347,7 +348,7 @@ def cluster_name() -> str:
 def run_emulated_threshold_bench(setup: EmulatedSetup, settings=None, name: str | None = None,
                                  sweep_passes: int = 3, seed: int = 0) -> dict:
     """Search, sweep and re-measure on a fresh emulated cluster; return the RUN.json record."""
-    from geryon.categorize.bench import coarse_threshold, profile_context, run_threshold_bench
+    from geryon.bench.sweep import coarse_threshold, profile_context, run_threshold_bench
     from geryon.categorize.profiles import resolve_profile
     from geryon.categorize.search import SearchSettings
     from geryon.emulate import EmulatedCluster

@@ -11,7 +11,9 @@ index, 0 = most urgent) and consumes iteration times.
   fit.py       robust fit of iteration time vs threshold
   reduce.py    rank 0 decides on all ranks' times (local, torch.distributed)
   search.py    ThresholdSearch, used inside a training loop
-  runrecord.py RUN.json schema; report.py PNG + Markdown; bench.py search vs sweep
+  runrecord.py RUN.json schema; report.py PNG + Markdown
   replay.py    a worker's compute replayed from a profile, with per-layer hooks
-  cli.py       geryon categorize / report threshold / bench threshold
+  cli.py       geryon categorize / report threshold
+  profiles_data/  the shipped per-layer profiles (source and licence in its README)
+(The search-vs-sweep benchmark is in geryon.bench.sweep.)
 """

@@ -1,6 +1,6 @@
 """Per-layer compute profiles (`.dag` files): parse, validate, and order layers as the forward pass.
 
-A profile is one JSON object (format in `shared/profiles/README.md`): `extras` with the units
+A profile is one JSON object (format in `profiles_data/README.md`): `extras` with the units
 (`$local$forward_pass_unit` and `$local$backward_pass_unit` = "ns", `$local$comm_unit` = "B") and
 `layers`, a map from a string index to forward/backward time, parameter bytes, `input_layers`,
 `output_layers` and `extras.name`/`extras.type`. Anything else raises `ProfileError` naming the file
@@ -13,18 +13,22 @@ order). Index numbers carry no meaning: in the published files index 0 is usuall
 `VGG16_gpu_bs64.dag` numbers from the input.
 
 Names: `vgg16`, `vgg19`, `resnet50`, `inceptionv3` resolve to `<Model>_gpu_bs<N>.dag` under the
-profile directory (env `GERYON_PROFILES`, else `../shared/profiles` next to the repository);
+profile directory: the one named by the environment variable geryon.envvars.PROFILES when set,
+else the profiles shipped in this package (`profiles_data/`, with their source and licence noted);
 `alexnet` is derived from layer FLOPs (see `derived.py`) and labelled as such.
 """
 
 import json
 import os
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
+from geryon import envvars
 from geryon.categorize.urgency import RankedParameter
 from geryon.errors import ProfileError
 
+PACKAGED_DIR = "profiles_data"
 UNITS = {"$local$forward_pass_unit": "ns", "$local$backward_pass_unit": "ns", "$local$comm_unit": "B"}
 LAYER_KEYS = ("forward_pass_units", "backward_pass_units", "communication_units",
               "input_layers", "output_layers", "extras")
@@ -107,7 +111,7 @@ def load_profile(path) -> LayerProfile:
 def parse_profile(data, source: str = "<profile>") -> LayerProfile:
     """Validate a decoded profile object and return its layers in forward order."""
     def fail(what):
-        raise ProfileError(f"profile {source}: {what} (format: shared/profiles/README.md)")
+        raise ProfileError(f"profile {source}: {what} (format: geryon/categorize/profiles_data/README.md)")
 
     if not isinstance(data, dict):
         fail("top level is not a JSON object")
@@ -202,11 +206,11 @@ def _forward_order(raw: dict, output: int, fail) -> list[int]:
 
 
 def profiles_dir() -> Path:
-    """Where named profiles live: $GERYON_PROFILES, else ../shared/profiles next to the repository."""
-    env = os.environ.get("GERYON_PROFILES")
+    """Where named profiles live: the directory in envvars.PROFILES, else the packaged ones."""
+    env = os.environ.get(envvars.PROFILES)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[3] / "shared" / "profiles"
+    return Path(str(resources.files("geryon.categorize") / PACKAGED_DIR))
 
 
 def model_key(name: str) -> str:
@@ -224,7 +228,7 @@ def resolve_profile(name: str, batch: int = 32) -> LayerProfile:
         path = profiles_dir() / f"{PROFILE_FILES[key]}_gpu_bs{batch}.dag"
         if not path.exists():
             raise ProfileError(f"no profile {path} (batch sizes in the directory: see its README; "
-                               f"set GERYON_PROFILES to another directory)")
+                               f"set {envvars.PROFILES} to another directory)")
         return load_profile(path)
     if name.endswith(".dag") or os.sep in name:
         return load_profile(name)

@@ -11,10 +11,11 @@ import json
 import os
 from pathlib import Path
 
+from geryon import envvars
 from geryon.errors import EmulationError
 
 DEFAULT_STATE_BASE = "/run/geryon"
-STATE_DIR_ENV = "GERYON_STATE_DIR"
+STATE_DIR_ENV = envvars.STATE_DIR
 
 
 def state_dir() -> Path:

@@ -11,7 +11,7 @@ Usage
                             SCRIPT [ARGS...]
 
 It feels like torchrun: the script is started once per worker, and sees the usual variables. Inside
-the script two lines make it distributed (see geryon.api)::
+the script two lines make it distributed (see geryon.runtime.api)::
 
     ctx = geryon.init()
     model, optimizer = geryon.distribute(model, optimizer)
@@ -32,7 +32,7 @@ Backends (one launcher, three ways to start processes)
 Definitions
 -----------
   worker   a process running SCRIPT; workers are RANK 0..N-1 and WORLD_SIZE is N.
-  server   a parameter server (--mode ps only; default 1), run as `python -m geryon.launch.server`.
+  server   a parameter server (--mode ps only; default 1), run as `python -m geryon.runtime.server`.
   policy   vanilla: FIFO everywhere; slicing: parameters sliced, no priority; endhost: priority at
            the senders only; geryon: priority classes marked with DSCP and queued by priority in
            the network (the emulated cluster gets priority queues only for this policy).
@@ -48,7 +48,7 @@ the launcher hosts; TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun), and G
 GERYON_RANK_NAME, GERYON_WORKER_RANK / GERYON_SERVER_RANK, GERYON_WORKERS, GERYON_SERVERS,
 GERYON_MODE, GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_JOB_ID, GERYON_JOB_SECRET (for
 the transport to authenticate its connections), GERYON_BACKEND, GERYON_HOST_IP, GERYON_IFACE,
-GERYON_TIMELINE, GERYON_STORE_PREFIX (see geryon.launch.environment.JOB_VARIABLES).
+GERYON_TIMELINE, GERYON_STORE_PREFIX (see geryon.envvars.JOB_VARIABLES).
 GERYON_TRANSPORT_TIMEOUT (inherited, not a flag): seconds without progress before the transport
 declares a peer dead (default 60).
 
@@ -57,7 +57,7 @@ Priority classes (--priority)
   coarse       everything before the first fully-connected layer is class 0 (default).
   threshold=T  one threshold T in [0, 1] over the urgency order (fraction of the tensors).
   search       T is searched during the first iterations of the real job, then kept
-               (geryon.launch.search_sync): candidates are tried one after another for a few
+               (geryon.runtime.search_sync): candidates are tried one after another for a few
                iterations each (the first of each probe discarded as warm-up); every worker times
                each iteration (between successive optimizer steps), rank 0 reduces the times (max
                over ranks) through the store, fits them and decides, and every rank (and in ps mode
@@ -76,10 +76,10 @@ Priority classes (--priority)
 
 Transport and timeline
 ----------------------
-geryon.api moves the job's gradients and parameters over geryon.transport: in allreduce mode a DDP
-comm hook (geryon.launch.ddp_sync), in ps mode `python -m geryon.launch.server` runs a
-ParameterServer and the workers' optimizer step pushes and pulls (geryon.launch.ps_sync). Priority
-classes come from the model's urgency ranking on its first forward call (geryon.launch.priorities).
+geryon.runtime.api moves the job's gradients and parameters over geryon.transport: in allreduce mode a DDP
+comm hook (geryon.runtime.ddp_sync), in ps mode `python -m geryon.runtime.server` runs a
+ParameterServer and the workers' optimizer step pushes and pulls (geryon.runtime.ps_sync). Priority
+classes come from the model's urgency ranking on its first forward call (geryon.runtime.priorities).
 --timeline FILE: every rank writes FILE.<rank>.part.json at exit and the launcher merges the parts
 into FILE when the job ends (on SSH hosts only parts on a shared filesystem can be merged).
 

@@ -10,6 +10,7 @@ import os
 import secrets
 from dataclasses import dataclass, field
 
+from geryon import envvars as ev
 from geryon.errors import ConfigError, PermissionNeeded
 from geryon.launch.hostfile import HostSpec, parse_hostfile
 from geryon.rates import parse_rate
@@ -26,11 +27,10 @@ DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
 # flag -> environment twin; the same names are what ranks see about their job (geryon.launch.environment)
 ENV_TWINS = {
-    "mode": "GERYON_MODE", "workers": "GERYON_WORKERS", "servers": "GERYON_SERVERS",
-    "policy": "GERYON_POLICY", "priority": "GERYON_PRIORITY", "classes": "GERYON_CLASSES",
-    "emulate": "GERYON_EMULATE", "bw": "GERYON_BW", "topology": "GERYON_TOPOLOGY",
-    "local": "GERYON_LOCAL", "hostfile": "GERYON_HOSTFILE", "known_hosts": "GERYON_KNOWN_HOSTS",
-    "timeline": "GERYON_TIMELINE", "timeout": "GERYON_TIMEOUT", "grace": "GERYON_GRACE",
+    "mode": ev.MODE, "workers": ev.WORKERS, "servers": ev.SERVERS, "policy": ev.POLICY,
+    "priority": ev.PRIORITY, "classes": ev.CLASSES, "emulate": ev.EMULATE, "bw": ev.BW,
+    "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
+    "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE,
 }
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -45,7 +45,7 @@ class LaunchConfig:
     mode: str = "allreduce"                      # "allreduce" | "ps"
     workers: int = DEFAULT_WORKERS
     servers: int = 0                             # parameter servers (ps mode only)
-    policy: str = "geryon"
+    policy: str = ev.DEFAULT_POLICY
     priority: str = "coarse"                     # "coarse" | "search" | "threshold=T"
     classes: str | None = None                   # canonical "name:dscp,..." or None (the default two)
     backend: str = "local"                       # "local" | "emulate" | "ssh"
@@ -77,37 +77,37 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
         return env.get(ENV_TWINS[name])
 
     parser.add_argument("--mode", default=twin("mode"), metavar="ps|allreduce",
-                        help="parameter servers or ring allreduce (default allreduce; GERYON_MODE)")
+                        help=f"parameter servers or ring allreduce (default allreduce; {ev.MODE})")
     parser.add_argument("--workers", default=twin("workers"), metavar="N",
                         help=f"worker processes (default {DEFAULT_WORKERS}, or the hostfile's slots; "
-                             "GERYON_WORKERS)")
+                             f"{ev.WORKERS})")
     parser.add_argument("--servers", default=twin("servers"), metavar="M",
-                        help="parameter servers, ps mode only (default 1; GERYON_SERVERS)")
+                        help=f"parameter servers, ps mode only (default 1; {ev.SERVERS})")
     parser.add_argument("--policy", default=twin("policy"), metavar="|".join(POLICIES),
-                        help="scheduling policy (default geryon; GERYON_POLICY)")
+                        help=f"scheduling policy (default geryon; {ev.POLICY})")
     parser.add_argument("--priority", default=twin("priority"), metavar="coarse|search|threshold=T",
-                        help="how parameters are split into classes (default coarse; GERYON_PRIORITY)")
+                        help=f"how parameters are split into classes (default coarse; {ev.PRIORITY})")
     parser.add_argument("--classes", default=twin("classes"), metavar="SPEC",
-                        help="priority classes, e.g. 'high:46,low:0' or '3' (GERYON_CLASSES)")
+                        help=f"priority classes, e.g. 'high:46,low:0' or '3' ({ev.CLASSES})")
     parser.add_argument("--emulate", action="store_true", default=None,
-                        help="run on an emulated cluster in namespaces (default when root; GERYON_EMULATE)")
+                        help=f"run on an emulated cluster in namespaces (default when root; {ev.EMULATE})")
     parser.add_argument("--bw", default=twin("bw"), metavar="RATE",
-                        help=f"emulated link rate (default {DEFAULT_BW}; GERYON_BW)")
+                        help=f"emulated link rate (default {DEFAULT_BW}; {ev.BW})")
     parser.add_argument("--topology", default=twin("topology"), metavar="star|leafspine",
-                        help="emulated topology (default star; GERYON_TOPOLOGY)")
+                        help=f"emulated topology (default star; {ev.TOPOLOGY})")
     parser.add_argument("--local", action="store_true", default=None,
-                        help="run as local processes on loopback (default when not root; GERYON_LOCAL)")
+                        help=f"run as local processes on loopback (default when not root; {ev.LOCAL})")
     parser.add_argument("--hostfile", default=twin("hostfile"), metavar="FILE",
-                        help="run on the real hosts listed in FILE over SSH (GERYON_HOSTFILE)")
+                        help=f"run on the real hosts listed in FILE over SSH ({ev.HOSTFILE})")
     parser.add_argument("--known-hosts", default=twin("known_hosts"), metavar="FILE",
-                        help=f"SSH host keys to trust (default {DEFAULT_KNOWN_HOSTS}; GERYON_KNOWN_HOSTS)")
+                        help=f"SSH host keys to trust (default {DEFAULT_KNOWN_HOSTS}; {ev.KNOWN_HOSTS})")
     parser.add_argument("--timeline", default=twin("timeline"), metavar="FILE",
-                        help="write a Chrome/Perfetto trace of the job to FILE (GERYON_TIMELINE)")
+                        help=f"write a Chrome/Perfetto trace of the job to FILE ({ev.TIMELINE})")
     parser.add_argument("--timeout", default=twin("timeout"), metavar="S",
-                        help="stop the job after S seconds (GERYON_TIMEOUT)")
+                        help=f"stop the job after S seconds ({ev.TIMEOUT})")
     parser.add_argument("--grace", default=twin("grace"), metavar="S",
                         help=f"seconds between SIGTERM and SIGKILL when stopping ranks "
-                             f"(default {DEFAULT_GRACE_S:g}; GERYON_GRACE)")
+                             f"(default {DEFAULT_GRACE_S:g}; {ev.GRACE})")
     parser.add_argument("script", metavar="SCRIPT", help="the training script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                         help="arguments for the script")

@@ -13,6 +13,7 @@ import shlex
 import socket
 from contextlib import ExitStack
 
+from geryon.envvars import REMOTE_PID_MARK
 from geryon.errors import HostKeyError, LaunchError
 from geryon.launch.config import LaunchConfig
 from geryon.launch.environment import job_environment, local_world_sizes, rank_argv
@@ -22,7 +23,7 @@ from geryon.launch.rendezvous import hosted_store
 from geryon.launch.supervise import JobResult, interrupts_deferred, supervise
 
 CONNECT_TIMEOUT_S = 15.0
-PID_MARK = b"GERYON_REMOTE_PID="
+PID_MARK = REMOTE_PID_MARK.encode()
 NO_EXIT_STATUS = 255  # like ssh(1): the remote side ended without an exit status (signal, lost link)
 
 

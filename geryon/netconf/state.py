@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+from geryon import envvars
 from geryon.netconf.classes import PriorityClass
 from geryon.netconf.plan import QueuePlan
 
@@ -19,7 +20,7 @@ _ROOT_NETNS = "-"
 
 def state_dir() -> Path:
     """The directory holding every namespace's sidecars."""
-    return Path(os.environ.get("GERYON_STATE_DIR", "/run/geryon")) / "netconf"
+    return Path(os.environ.get(envvars.STATE_DIR, "/run/geryon")) / "netconf"
 
 
 def _state_path(dev: str, netns: str | None) -> Path:

@@ -13,7 +13,7 @@ Modules, one job each:
   shards     PS shard plans (whole tensors round-robin, or slices spread over servers)
   ps         ParameterServer and PSWorker (push, pull, per-layer wait)
   hooks      DDP comm hook and TCPStore rendezvous
-  roles, emulated, priobench, cli   benchmark processes and `geryon bench transport|allreduce|priority`
+(Its benchmarks and their role processes are in geryon.bench: transport, transport_roles, priority.)
 
 Usage (every rank passes the same tensors, in the same order; priorities: class 0 most urgent):
 

@@ -27,7 +27,6 @@ TCP_NOTSENT_LOWAT (128 KiB) does not limit goodput: 0, 128 KiB and 1 MiB gave th
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -41,7 +40,7 @@ DEFAULT_DSCP = (46, 0)
 @dataclass(frozen=True)
 class TransportConfig:
     """Settings shared by every rank of a job (they must agree on all but timeouts)."""
-    secret: bytes | str = field(default_factory=lambda: os.environ.get("GERYON_SECRET", ""), repr=False)
+    secret: bytes | str = field(default="", repr=False)
     job_id: int = 0
     policy: str = "geryon"
     class_dscp: tuple[int, ...] = DEFAULT_DSCP   # index = priority class, 0 most urgent
@@ -58,8 +57,8 @@ class TransportConfig:
         if isinstance(self.secret, str):
             object.__setattr__(self, "secret", self.secret.encode())
         if not self.secret:
-            raise ConfigError("the transport needs a per-job secret: pass secret=... or set "
-                              "GERYON_SECRET (the same value on every rank)")
+            raise ConfigError("the transport needs a per-job secret: pass secret=... (the same value on "
+                              "every rank; under geryon.launch every rank is given the job's)")
         object.__setattr__(self, "class_dscp", tuple(int(d) for d in self.class_dscp))
         if not 1 <= len(self.class_dscp) <= 8 or any(not 0 <= d <= 63 for d in self.class_dscp):
             raise ConfigError(f"class_dscp {self.class_dscp}: give 1-8 DSCP values in 0..63")

@@ -73,7 +73,7 @@ def dial_handshake(sock: socket.socket, peer: str, *, secret: bytes, job_id: int
     listener_id, nonce_l, listener_mac = _CHALLENGE.unpack(payload)
     transcript = _transcript(job_id, my_id, class_index, listener_id, nonce_d, nonce_l)
     if not hmac.compare_digest(listener_mac, _mac(secret, b"geryon-listener", transcript)):
-        raise AuthenticationError(f"{peer} does not know this job's secret; check GERYON_SECRET")
+        raise AuthenticationError(f"{peer} does not know this job's secret; every rank needs the same job secret")
     if expected_listener is not None and listener_id != expected_listener:
         raise ProtocolError(f"{peer} is rank {listener_id}, expected rank {expected_listener}: "
                             "check the rendezvous addresses")

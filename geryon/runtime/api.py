@@ -4,110 +4,46 @@
     ctx = geryon.init()                                      # rank, world size, mode, policy, ...
     model, optimizer = geryon.distribute(model, optimizer)  # then train as usual
 
-`init()` reads the job from the environment: under `python -m geryon.launch` (GERYON_* variables),
-under plain `torchrun` (RANK, WORLD_SIZE, MASTER_ADDR, ...), under Slurm (SLURM_PROCID, SLURM_NTASKS,
-SLURM_LOCALID, SLURM_STEP_NODELIST), or alone (one process, nothing distributed). It sets up
-torch.distributed (gloo) when there is more than one worker.
+`init()` reads the job from the environment once (`geryon.runtime.env.RankEnv`): under
+`python -m geryon.launch`, under plain `torchrun`, under Slurm, or alone (one process, nothing
+distributed). It sets up torch.distributed (gloo) when there is more than one worker.
 
 `distribute()` makes the updates of all workers identical, equal to one process training on the
 union of their batches:
   allreduce  the model is wrapped in DistributedDataParallel (users keep DDP; an already wrapped
              model is kept); under geryon.launch its buckets travel over geryon's priority flows
-             (geryon.launch.ddp_sync), elsewhere over gloo.
+             (geryon.runtime.ddp_sync), elsewhere over gloo.
   ps         under geryon.launch the model gets per-layer forward pre-hooks that wait only for their
              own parameters, and the optimizer is replaced by a stand-in whose step() pushes
-             gradients to the parameter servers and pulls the new parameters (geryon.launch.ps_sync;
+             gradients to the parameter servers and pulls the new parameters (geryon.runtime.ps_sync;
              the servers run the same SGD, so it must be torch.optim.SGD). Without servers (plain
              torchrun, Slurm) gradients are averaged with gloo before the user's own step
              (`GradientAverageSync`), the same update a synchronous parameter server computes.
 A job of one worker has nothing to synchronise and trains locally (a ps job's servers stay idle).
-With GERYON_TIMELINE set (`--timeline FILE`), forward/backward per layer and every transfer are
+With `--timeline FILE`, forward/backward per layer and every transfer are
 recorded for the job's trace (geryon.timeline).
 """
 
 import atexit
-import os
-import re
-from dataclasses import dataclass, field
 from datetime import timedelta
 
 from geryon.errors import ConfigError
+from geryon.runtime import env as rank_env
+from geryon.runtime.env import RankEnv
 
 DEFAULT_BACKEND = "gloo"
-SLURM_DEFAULT_PORT_BASE = 20000
 
-_context: "JobContext | None" = None
+# older names of RankEnv and its parser, kept for scripts that use them
+JobContext = RankEnv
+read_context = RankEnv.from_environ
 
-
-@dataclass(frozen=True)
-class JobContext:
-    """Who this process is in the job, as `init()` found it."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    mode: str = "allreduce"                 # "allreduce" | "ps"
-    policy: str = "vanilla"
-    priority: str = "coarse"
-    classes: str | None = None
-    servers: int = 0
-    launcher: str = "single"                # "geryon" | "torchrun" | "slurm" | "single"
-    job_id: str | None = None
-    host_ip: str | None = None
-    timeline: str | None = None
-    master_addr: str | None = None
-    master_port: int | None = None
-    secret: str | None = field(default=None, repr=False)
-
-    @property
-    def distributed(self) -> bool:
-        """More than one worker."""
-        return self.world_size > 1
-
-    @property
-    def is_main(self) -> bool:
-        """Rank 0, the one that should print summaries and save checkpoints."""
-        return self.rank == 0
+_context: RankEnv | None = None
 
 
-def read_context(environ=None) -> JobContext:
-    """The job as the environment describes it (geryon.launch, torchrun, Slurm, or a single process)."""
-    env = os.environ if environ is None else environ
-    geryon = {
-        "mode": env.get("GERYON_MODE") or "allreduce",
-        "policy": env.get("GERYON_POLICY") or "vanilla",
-        "priority": env.get("GERYON_PRIORITY") or "coarse",
-        "classes": env.get("GERYON_CLASSES") or None,
-        "servers": int(env.get("GERYON_SERVERS") or 0),
-        "job_id": env.get("GERYON_JOB_ID"),
-        "host_ip": env.get("GERYON_HOST_IP"),
-        "timeline": env.get("GERYON_TIMELINE") or None,
-        "secret": env.get("GERYON_JOB_SECRET"),
-    }
-    if geryon["mode"] not in ("allreduce", "ps"):
-        raise ConfigError(f"GERYON_MODE={geryon['mode']!r}: use allreduce or ps")
-    if "RANK" in env and "WORLD_SIZE" in env:
-        launcher = "geryon" if env.get("GERYON_ROLE") else "torchrun"
-        return JobContext(rank=_int(env, "RANK"), world_size=_int(env, "WORLD_SIZE"),
-                          local_rank=int(env.get("LOCAL_RANK", 0)), launcher=launcher,
-                          master_addr=env.get("MASTER_ADDR"),
-                          master_port=int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else None,
-                          **geryon)
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        master_addr = env.get("MASTER_ADDR") or first_slurm_host(
-            env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "")
-        master_port = int(env.get("MASTER_PORT") or SLURM_DEFAULT_PORT_BASE
-                          + int(env.get("SLURM_JOB_ID", "0")) % 20000)
-        return JobContext(rank=_int(env, "SLURM_PROCID"), world_size=_int(env, "SLURM_NTASKS"),
-                          local_rank=int(env.get("SLURM_LOCALID", 0)), launcher="slurm",
-                          master_addr=master_addr or None, master_port=master_port, **geryon)
-    return JobContext(**geryon)
-
-
-def init(backend: str = DEFAULT_BACKEND, timeout: timedelta = timedelta(minutes=5)) -> JobContext:
+def init(backend: str = DEFAULT_BACKEND, timeout: timedelta = timedelta(minutes=5)) -> RankEnv:
     """Join the job described by the environment; set up torch.distributed when there are several workers."""
     global _context
-    context = read_context()
+    context = rank_env.current()
     if context.distributed:
         import torch.distributed as dist
 
@@ -125,12 +61,12 @@ def init(backend: str = DEFAULT_BACKEND, timeout: timedelta = timedelta(minutes=
     return context
 
 
-def context() -> JobContext:
+def context() -> RankEnv:
     """The context `init()` returned (init() is called if it was not)."""
     return _context if _context is not None else init()
 
 
-def distribute(model, optimizer, job: JobContext | None = None):
+def distribute(model, optimizer, job: RankEnv | None = None):
     """Return (model, optimizer) whose training steps are synchronised across the job's workers.
 
     With geryon's transport (a job started by geryon.launch): allreduce mode gives a
@@ -141,22 +77,20 @@ def distribute(model, optimizer, job: JobContext | None = None):
     job = job or context()
     from geryon.timeline import rank_timeline
 
-    timeline = rank_timeline()
+    timeline = rank_timeline(job.timeline, job.name)
     model, optimizer = _synchronised(model, optimizer, job, timeline)
     if timeline is not None:  # after the PS waits, so that a layer's span starts when it can compute
         timeline.watch_module(model.module if hasattr(model, "module") else model)
     return model, optimizer
 
 
-def _synchronised(model, optimizer, job: JobContext, timeline):
+def _synchronised(model, optimizer, job: RankEnv, timeline):
     if not job.distributed:
         return model, optimizer
-    from geryon.launch import jobtransport
-
-    transport = jobtransport.has_transport()
+    transport = job.has_transport
     if job.mode == "ps":
         if transport and job.servers > 0:
-            from geryon.launch.ps_sync import ParameterServerSync
+            from geryon.runtime.ps_sync import ParameterServerSync
 
             return model, ParameterServerSync(model, optimizer, job, timeline).attach()
         GradientAverageSync(model, optimizer, job).attach()
@@ -165,7 +99,7 @@ def _synchronised(model, optimizer, job: JobContext, timeline):
 
     ddp = model if isinstance(model, DistributedDataParallel) else DistributedDataParallel(model)
     if transport:
-        from geryon.launch.ddp_sync import attach_geryon_hook
+        from geryon.runtime.ddp_sync import attach_geryon_hook
 
         attach_geryon_hook(ddp, job, timeline, optimizer=optimizer)
     return ddp, optimizer
@@ -178,7 +112,7 @@ class GradientAverageSync:
     all_reduce: the same update a synchronous parameter server computes.
     """
 
-    def __init__(self, model, optimizer, job: JobContext):
+    def __init__(self, model, optimizer, job: RankEnv):
         self.model, self.optimizer, self.job = model, optimizer, job
 
     def attach(self) -> None:
@@ -218,24 +152,6 @@ def average(value: float) -> float:
     tensor = torch.tensor([float(value)], dtype=torch.float64)
     dist.all_reduce(tensor)
     return float(tensor.item()) / job.world_size
-
-
-def first_slurm_host(nodelist: str) -> str:
-    """The first host of a Slurm node list: 'node[03-05,9],gpu1' -> 'node03'."""
-    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
-    if not match:
-        return ""
-    prefix, ranges = match.groups()
-    if not ranges:
-        return prefix
-    return prefix + ranges.split(",")[0].split("-")[0]
-
-
-def _int(env, name: str) -> int:
-    try:
-        return int(env[name])
-    except ValueError:
-        raise ConfigError(f"{name}={env[name]!r} is not a whole number") from None
 
 
 def _leave() -> None:

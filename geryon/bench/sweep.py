@@ -7,11 +7,10 @@ returns the RUN.json record with the comparison in `extra`:
 `chosen`, `chosen_iter_s`, `sweep_best`, `sweep_best_iter_s`, `probes`, `ratio` (chosen/sweep best).
 
 Backends that provide `measure_iteration`:
-- `analytic_measure`: the iteration-time model (`model.py`) of a profile at a bandwidth, with
+- `analytic_measure`: the iteration-time model (geryon.categorize.model) of a profile at a bandwidth, with
   multiplicative lognormal noise and occasional slow iterations (deterministic given a seed);
-- `geryon.bench.threshold.run_emulated_threshold_bench`: replayed models (`replay.py`) as
-  parameter-server workers over the real transport on an emulated cluster (it composes the
-  emulator, transport and replay, so it lives outside categorize).
+- `geryon.bench.threshold.run_emulated_threshold_bench`: replayed models (geryon.categorize.replay)
+  as parameter-server workers over the real transport on an emulated cluster.
 """
 
 import numpy as np

@@ -3,15 +3,15 @@
 The user keeps `DistributedDataParallel`; `attach_geryon_hook(ddp, job)` registers a communication
 hook (geryon.transport.hooks.geryon_ddp_hook) that averages each bucket with geryon's ring allreduce
 (`AllreduceGroup`), on the flow of the bucket's priority class. Ranks find each other through the
-job's store (`hooks.peers_from_store`), each listening on GERYON_HOST_IP.
+job's store (`hooks.peers_from_store`), each listening on the address the launcher gave it.
 
 A bucket's class is the most urgent class among its parameters (DDP decides what shares a bucket),
 its urgency the smallest urgency among them. Classes come from the urgency ranking, which needs a
 sample input: a forward pre-hook on the wrapped module ranks on the first forward call and checks
-that every rank made the same class assignment (geryon.launch.priorities); until then (and if DDP
+that every rank made the same class assignment (geryon.runtime.priorities); until then (and if DDP
 ever calls the hook before a forward) buckets are class 0.
 
-With --priority search (geryon.launch.search_sync) the classes change while training: an optimizer
+With --priority search (geryon.runtime.search_sync) the classes change while training: an optimizer
 step post-hook times each iteration and, when the search moves to another threshold, swaps the
 per-parameter lookup before the next backward (DDP has waited for every bucket of the last one
 before the step), so every rank sends the next iteration's buckets under the new classes. The new
@@ -21,9 +21,9 @@ assignment's digest is checked against every rank through the store first.
 import atexit
 import logging
 
-from geryon.launch import jobtransport
 from geryon.errors import ConfigError
-from geryon.launch.priorities import decide_priorities, search_plan, tensor_priorities
+from geryon.runtime import jobtransport
+from geryon.runtime.priorities import decide_priorities, search_plan, tensor_priorities
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +44,19 @@ class BucketPriorities:
         return (min(c for c, _ in found), min(u for _, u in found))
 
 
-def attach_geryon_hook(ddp, job, timeline=None, environ=None, optimizer=None):
+def attach_geryon_hook(ddp, job, timeline=None, optimizer=None):
     """Register geryon's comm hook on `ddp`; returns the AllreduceGroup (closed at exit).
 
-    `optimizer` (needed by --priority search) is hooked to time iterations and switch classes.
+    `job` is the rank's RankEnv; `optimizer` (needed by --priority search) is hooked to time
+    iterations and switch classes.
     """
     from geryon.transport import AllreduceGroup
     from geryon.transport.hooks import GeryonHookState, geryon_ddp_hook, peers_from_store
 
-    config = jobtransport.transport_config(environ, tracer=timeline.transfer if timeline else None)
-    store = jobtransport.open_store(environ)
-    prefix = jobtransport.store_prefix(environ)
-    host = jobtransport.listen_host(environ)
+    config = jobtransport.transport_config(job, tracer=timeline.transfer if timeline else None)
+    store = jobtransport.open_store(job)
+    prefix = job.store_prefix
+    host = jobtransport.listen_host(job)
     reservation = jobtransport.reserve_port(host)
     try:
         port = reservation.getsockname()[1]
@@ -87,9 +88,8 @@ def attach_geryon_hook(ddp, job, timeline=None, environ=None, optimizer=None):
         ranking["busy"] = True
         try:
             if searching:
-                search, prios, how = search_plan(module, args, kwargs, config.classes, store, prefix,
-                                                 job.rank, job.world_size,
-                                                 {"mode": "allreduce", "policy": config.policy}, environ)
+                search, prios, how = search_plan(module, args, kwargs, config.classes, store, prefix, job,
+                                                 {"mode": "allreduce", "policy": config.policy})
                 ranking["search"], assignment = search, search.assignment
             else:
                 assignment, prios, how = decide_priorities(module, args, kwargs, job.priority,

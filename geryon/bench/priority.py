@@ -80,7 +80,7 @@ class _BenchServer:
 
 
 def run_server(args) -> None:
-    from geryon.transport.roles import _config
+    from geryon.bench.transport_roles import _config
     config = _config(args)
     host, port = args.listen.rsplit(":", 1)
     handler = _BenchServer(args, config)
@@ -125,7 +125,7 @@ class _BenchWorker:
 
 
 def run_worker(args) -> None:
-    from geryon.transport.roles import _addresses, _config
+    from geryon.bench.transport_roles import _addresses, _config
     config = _config(args)
     servers = _addresses(args.servers)
     piece = config.slice_bytes if config.scheduling.sliced else 4 << 20

@@ -1,13 +1,13 @@
 """Which priority class each of a model's parameters gets, decided alike on every rank and checked.
 
 The ranking is the categorizer's (`geryon.categorize.urgency.rank_parameters`): one no-grad forward
-pass on a sample input, which geryon.api takes from the model's first real forward call. If that
+pass on a sample input, which geryon.runtime.api takes from the model's first real forward call. If that
 pass fails (a model the ranking cannot trace), the fallback ranks parameters in module definition
 order (`definition_order_ranking`), which for a feed-forward network is nearly the same.
 
-The classes come from GERYON_PRIORITY: `coarse` (everything before the first fully-connected layer
+The classes come from `--priority` (RankEnv.priority): `coarse` (everything before the first fully-connected layer
 is class 0), `threshold=T` (one threshold over the urgency order) or `search` (the threshold is
-searched during the first iterations and then kept: geryon.launch.search_sync drives it, starting
+searched during the first iterations and then kept: geryon.runtime.search_sync drives it, starting
 from the search's first candidate; see `search_plan`).
 
 Every rank publishes its assignment's digest in the job's store and compares all of them before
@@ -85,17 +85,18 @@ def agree_on_assignment(store, prefix: str, rank: int, world: int, assignment: A
                           "feed it inputs of the same shape")
 
 
-def search_plan(model, args, kwargs, max_classes: int, store, prefix: str, rank: int, world: int,
-                context: dict | None = None, environ=None):
+def search_plan(model, args, kwargs, max_classes: int, store, prefix: str, job,
+                context: dict | None = None):
     """--priority search: rank on this call's inputs, start the search (its first assignment agreed).
 
+    `job` is the rank's RankEnv (rank, world size, the search's settings).
     Returns (TrainingSearch, (class, urgency) per tensor of model.parameters(), how it was ranked).
     """
-    from geryon.launch.search_sync import TrainingSearch
+    from geryon.runtime.search_sync import TrainingSearch
 
     ranking, how = rank_model(model, args, kwargs)
     context = {"model": type(model).__name__, "ranked_by": how, **(context or {})}
-    search = TrainingSearch(ranking, max_classes, store, prefix, rank, world, context, environ)
+    search = TrainingSearch(ranking, max_classes, store, prefix, job, context)
     return search, tensor_priorities(model, search.assignment), how
 
 

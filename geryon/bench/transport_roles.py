@@ -1,4 +1,4 @@
-"""One process of a transport job, runnable anywhere: `python -m geryon.transport.roles ROLE ...`.
+"""One process of a transport job, runnable anywhere: `python -m geryon.bench.transport_roles ROLE ...`.
 
 Used by the benchmarks (inside emulated hosts) and by the failure tests. Each role prints one JSON
 object per line on stdout ({"event": "ready"} first, then results); errors go to stderr and exit 1.
@@ -7,7 +7,7 @@ object per line on stdout ({"event": "ready"} first, then results); errors go to
     gloo       --rank R --world N --master H:P torch.distributed gloo allreduce, same sizes
     ps-server  --index S --servers M --workers W --listen H:P --sizes ...
     ps-worker  --rank W --workers W --servers H:P,... --sizes ... --iters K
-    prio-server / prio-worker                  the priority benchmark (see geryon.transport.priobench)
+    prio-server / prio-worker                  the priority benchmark (see geryon.bench.priority)
 
 `--trace FILE` appends every TransferEvent (geryon.transport.trace) to FILE as JSON lines.
 """
@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from geryon import envvars
 from geryon.errors import GeryonError
 from geryon.transport.config import TransportConfig
 
@@ -162,7 +163,7 @@ def run_ps_worker(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m geryon.transport.roles")
+    parser = argparse.ArgumentParser(prog="python -m geryon.bench.transport_roles")
     parser.add_argument("role", choices=["allreduce", "gloo", "ps-server", "ps-worker",
                                          "prio-server", "prio-worker"])
     parser.add_argument("--rank", type=int, default=0)
@@ -185,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,
                         help="TCP_NOTSENT_LOWAT in bytes; 0 leaves the kernel default")
     parser.add_argument("--trace", default=None, help="append TransferEvents as JSON lines here")
-    parser.add_argument("--secret", default=os.environ.get("GERYON_SECRET", "geryon-bench"))
+    parser.add_argument("--secret", default=os.environ.get(envvars.JOB_SECRET, "geryon-bench"))
     parser.add_argument("--job", type=int, default=1)
     parser.add_argument("--burst-bytes", type=int, default=1 << 20)
     parser.add_argument("--bulk", action="store_true")
@@ -201,8 +202,8 @@ def main(argv=None) -> int:
     runners = {"allreduce": run_allreduce, "gloo": run_gloo, "ps-server": run_ps_server,
                "ps-worker": run_ps_worker}
     if args.role.startswith("prio-"):
-        from geryon.transport import priobench
-        runners.update({"prio-server": priobench.run_server, "prio-worker": priobench.run_worker})
+        from geryon.bench import priority
+        runners.update({"prio-server": priority.run_server, "prio-worker": priority.run_worker})
     try:
         runners[args.role](args)
     except GeryonError as exc:

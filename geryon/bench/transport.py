@@ -20,8 +20,7 @@ import subprocess
 import time
 import uuid
 
-from geryon.transport.emulated import (BASE_PORT, gloo_placements, ring_placements, role_argv,
-                                       run_roles)
+from geryon.bench.emulated import BASE_PORT, gloo_placements, ring_placements, role_argv, run_roles
 from geryon.transport.config import TransportConfig
 from geryon.transport.policy import POLICIES
 
@@ -152,7 +151,7 @@ def _shared(parser) -> None:
                         help="TCP_NOTSENT_LOWAT in bytes (0: kernel default)")
 
 
-def add_commands(commands, bench) -> None:
+def add_benches(bench) -> None:
     parser = bench.add_parser("transport", help="PS and allreduce goodput against iperf3")
     _shared(parser)
     parser.add_argument("--size-mb", type=float, default=25.0)

@@ -1,7 +1,7 @@
 """Running transport roles on the hosts of an emulated cluster and collecting their JSON lines.
 
 The cluster (geryon.emulate) is built by the caller; this module only starts
-`python -m geryon.transport.roles ...` inside host namespaces, waits, and parses stdout.
+`python -m geryon.bench.transport_roles ...` inside host namespaces, waits, and parses stdout.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def role_argv(role: str, *args) -> list[str]:
-    return [sys.executable, "-m", "geryon.transport.roles", role, *map(str, args)]
+    return [sys.executable, "-m", "geryon.bench.transport_roles", role, *map(str, args)]
 
 
 def _env(extra=None) -> dict:

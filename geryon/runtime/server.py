@@ -1,21 +1,21 @@
-"""The parameter-server role: what `python -m geryon.launch.server` runs for each of a ps job's servers.
+"""The parameter-server role: what `python -m geryon.runtime.server` runs for each of a ps job's servers.
 
-The launcher starts M of these next to the workers (GERYON_ROLE=server, GERYON_SERVER_RANK=j) and
+The launcher starts M of these next to the workers (RankEnv role `server`, server_rank j) and
 stops them with SIGTERM once every worker has finished; a server that exits on its own while workers
 still run fails the job.
 
 A server runs geryon.transport's `ParameterServer`:
   1. it waits (until SIGTERM) for worker 0 to publish the job's starting point in the store under
-     `<GERYON_STORE_PREFIX>ps/spec` (initial parameter values, each tensor's class and urgency, the SGD
-     settings; see geryon.launch.ps_sync), which worker 0 does on the model's first forward call;
-  2. it listens on GERYON_HOST_IP (a free port) and publishes `host:port` under `ps/server/<j>`;
-     workers authenticate with GERYON_JOB_SECRET;
+     `<store prefix>ps/spec` (initial parameter values, each tensor's class and urgency, the SGD
+     settings; see geryon.runtime.ps_sync), which worker 0 does on the model's first forward call;
+  2. it listens on the rank's host address (a free port) and publishes `host:port` under
+     `ps/server/<j>`; workers authenticate with the job secret;
   3. it serves pushes and pulls, per priority class, until every worker is gone (said goodbye, or
      lost: then it names the worker), and holds the role until the launcher's SIGTERM (exit 0, or 1
      when a worker was lost). The transport's closed connection or timeout
-     (GERYON_TRANSPORT_TIMEOUT) marks a lost worker, so a dead worker never hangs a server.
+     (RankEnv.transport_timeout) marks a lost worker, so a dead worker never hangs a server.
   4. --priority search: when every worker has left and worker 0 announced class switch n under
-     `ps/switch/<n>` (see geryon.launch.ps_sync), the workers are not gone but switching: the
+     `ps/switch/<n>` (see geryon.runtime.ps_sync), the workers are not gone but switching: the
      server takes its shards' values, SGD momentum and version, builds a new ParameterServer with
      the new classes from them (shards can move between servers when the plan changes: with
      several servers each publishes its state under `ps/switch/<n>/state/<j>` and reads the
@@ -24,15 +24,16 @@ A server runs geryon.transport's `ParameterServer`:
 
 import io
 import logging
-import os
 import signal
 import sys
 import threading
 
 from geryon.errors import GeryonError
-from geryon.launch import jobtransport
-from geryon.launch.ps_sync import SPEC_KEY, SWITCH_KEY, decode_priorities, decode_spec, server_key
-from geryon.launch.store_blobs import get_blob, put_blob
+from geryon.runtime import env as rank_env
+from geryon.runtime import jobtransport
+from geryon.runtime.env import RankEnv
+from geryon.runtime.ps_sync import SPEC_KEY, SWITCH_KEY, decode_priorities, decode_spec, server_key
+from geryon.runtime.store_blobs import get_blob, put_blob
 
 SWITCH_STATE_KEY = "ps/switch/{switch}/state/{index}"
 
@@ -40,25 +41,24 @@ POLL_S = 0.2
 EXIT_WORKER_LOST = 1
 
 
-def serve(environ=os.environ) -> int:
+def serve(env: RankEnv) -> int:
     """Run this process's server role until the workers leave or the launcher stops it."""
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
     signal.signal(signal.SIGINT, lambda signum, frame: stopped.set())
-    index, count = int(environ.get("GERYON_SERVER_RANK", "0")), int(environ.get("GERYON_SERVERS", "1"))
-    workers = int(environ.get("GERYON_WORKERS", "1"))
+    index, count, workers = env.server_rank, env.servers or 1, env.workers
     name = f"server {index} of {count}"
-    prefix = jobtransport.store_prefix(environ)
-    store = jobtransport.open_store(environ)
+    prefix = env.store_prefix
+    store = jobtransport.open_store(env)
     spec = _wait_for_spec(store, prefix + SPEC_KEY, stopped)
     if spec is None:
         return 0
     from geryon.timeline import rank_timeline
     from geryon.transport import ParameterServer
 
-    timeline = rank_timeline(environ)
-    config = jobtransport.transport_config(environ, tracer=timeline.transfer if timeline else None)
-    host = jobtransport.listen_host(environ)
+    timeline = rank_timeline(env.timeline, env.name)
+    config = jobtransport.transport_config(env, tracer=timeline.transfer if timeline else None)
+    host = jobtransport.listen_host(env)
     values, priorities, switch = spec["values"], spec["priorities"], 0
     restore = None
     while True:
@@ -151,16 +151,20 @@ def _wait_for_spec(store, key: str, stopped: threading.Event):
 
 
 def main() -> int:
-    if os.environ.get("GERYON_ROLE") != "server":
-        print("geryon.launch.server is started by `python -m geryon.launch --mode ps`, not by hand",
+    try:
+        env = rank_env.current()
+    except GeryonError as exc:
+        print(f"server: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    if env.role != "server":
+        print("geryon.runtime.server is started by `python -m geryon.launch --mode ps`, not by hand",
               file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
-        return serve()
+        return serve(env)
     except GeryonError as exc:
-        index = os.environ.get("GERYON_SERVER_RANK", "?")
-        print(f"server {index}: error: {exc}", file=sys.stderr, flush=True)
+        print(f"server {env.server_rank}: error: {exc}", file=sys.stderr, flush=True)
         return 1
 
 

@@ -8,9 +8,9 @@ goes through the job's TCPStore (`StoreReducer`): every rank posts its times, ra
 fits and decides, every rank reads the same decision. So every rank learns the next threshold
 after the same iteration; `iteration_done()` then returns the new class assignment (checked by
 digest against every other rank through the store) and the caller applies it before the next
-iteration starts: allreduce mode swaps the bucket priorities (geryon.launch.ddp_sync), ps mode
-drains, leaves the servers and joins them again with the new classes (geryon.launch.ps_sync and
-geryon.launch.server). Once the search is done its chosen threshold stays for the rest of training;
+iteration starts: allreduce mode swaps the bucket priorities (geryon.runtime.ddp_sync), ps mode
+drains, leaves the servers and joins them again with the new classes (geryon.runtime.ps_sync and
+geryon.runtime.server). Once the search is done its chosen threshold stays for the rest of training;
 rank 0 writes the RUN.json (geryon.categorize.runrecord; `geryon report threshold RUN.json`).
 
 Settings (rank 0's environment, handed to every rank through the store; defaults are
@@ -27,7 +27,6 @@ SearchSettings', measured in geryon.categorize.search):
 import atexit
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -35,30 +34,23 @@ from pathlib import Path
 from geryon.categorize.classes import Assignment, threshold_split
 from geryon.categorize.runrecord import write_run
 from geryon.categorize.search import SearchSettings, ThresholdSearch
+from geryon import envvars
 from geryon.errors import ConfigError
-from geryon.launch.priorities import agree_on_assignment
+from geryon.runtime.env import RankEnv
+from geryon.runtime.priorities import agree_on_assignment
 
 log = logging.getLogger(__name__)
 
-SETTING_VARIABLES = {
-    "GERYON_SEARCH_CANDIDATES": "candidates",
-    "GERYON_SEARCH_ITERS": "iters_per_probe",
-    "GERYON_SEARCH_WARMUP": "warmup",
-    "GERYON_SEARCH_BUDGET": "budget",
-    "GERYON_SEARCH_FIRST_ROUND": "first_round",
-}
-RUN_VARIABLE = "GERYON_SEARCH_RUN"
+SETTING_VARIABLES = dict(zip(envvars.SEARCH_VARIABLES,
+                             ("candidates", "iters_per_probe", "warmup", "budget", "first_round")))
 SEARCH_KEY = "search/"
 
 
-def search_settings(environ=None) -> SearchSettings:
-    """SearchSettings from the GERYON_SEARCH_* variables (unset ones keep their defaults)."""
-    env = os.environ if environ is None else environ
+def search_settings(env: RankEnv) -> SearchSettings:
+    """SearchSettings from the rank's search variables (unset ones keep their defaults)."""
     values = {}
-    for variable, name in SETTING_VARIABLES.items():
-        text = (env.get(variable) or "").strip()
-        if not text:
-            continue
+    for variable, text in env.search:
+        name = SETTING_VARIABLES[variable]
         try:
             if name == "candidates":
                 values[name] = tuple(float(item) for item in text.split(",") if item.strip())
@@ -70,16 +62,15 @@ def search_settings(environ=None) -> SearchSettings:
     try:
         return SearchSettings(**values)
     except ConfigError as exc:
-        raise ConfigError(f"GERYON_SEARCH_* settings: {exc}") from None
+        raise ConfigError(f"{envvars.PREFIX}SEARCH_* settings: {exc}") from None
 
 
-def run_record_path(environ=None) -> Path:
+def run_record_path(env: RankEnv) -> Path:
     """Where rank 0 writes the search's RUN.json (see the module docstring)."""
-    env = os.environ if environ is None else environ
-    if env.get(RUN_VARIABLE):
-        return Path(env[RUN_VARIABLE])
-    if env.get("GERYON_TIMELINE"):
-        timeline = Path(env["GERYON_TIMELINE"])
+    if env.search_run:
+        return Path(env.search_run)
+    if env.timeline:
+        timeline = Path(env.timeline)
         return timeline.with_name(timeline.stem + ".RUN.json")
     return Path.cwd() / "RUN.json"
 
@@ -105,16 +96,15 @@ class StoreReducer:
 class TrainingSearch:
     """One worker's view of the search: the current assignment, and when to switch it."""
 
-    def __init__(self, ranking, max_classes: int, store, prefix: str, rank: int, world_size: int,
-                 context: dict | None = None, environ=None):
+    def __init__(self, ranking, max_classes: int, store, prefix: str, job: RankEnv,
+                 context: dict | None = None):
         self.ranking, self.max_classes = list(ranking), max_classes
         self.store, self.prefix = store, prefix + SEARCH_KEY
-        self.rank, self.world_size = rank, world_size
-        self.env = environ
+        self.job, self.rank, self.world_size = job, job.rank, job.world_size
         tensors = [{"name": p.name, "layer": p.layer, "type": p.module_type, "bytes": p.bytes}
                    for p in self.ranking]
         self.search = ThresholdSearch(self._agreed_settings(),
-                                      StoreReducer(store, self.prefix, rank, world_size),
+                                      StoreReducer(store, self.prefix, job.rank, job.world_size),
                                       {"metric": "position", "classes": 2, "tensors": tensors,
                                        **(context or {})})
         self.iteration = 0          # the iteration now running (0-based optimizer steps)
@@ -130,14 +120,14 @@ class TrainingSearch:
             settings = self.search.settings
             print(f"geryon: the threshold search did not finish: training ended after {self.iteration} "
                   f"iterations, the search needs up to {settings.budget * settings.iters_per_probe} "
-                  "(GERYON_SEARCH_BUDGET x GERYON_SEARCH_ITERS); no RUN.json written",
+                  f"({envvars.SEARCH_BUDGET} x {envvars.SEARCH_ITERS}); no RUN.json written",
                   file=sys.stderr, flush=True)
 
     def _agreed_settings(self) -> SearchSettings:
-        """Rank 0's settings on every rank (an SSH host may not see the launcher's GERYON_SEARCH_*)."""
+        """Rank 0's settings on every rank (an SSH host may not see the launcher's search variables)."""
         key = self.prefix + "settings"
         if self.rank == 0:
-            self.store.set(key, json.dumps(search_settings(self.env).to_data()))
+            self.store.set(key, json.dumps(search_settings(self.job).to_data()))
         data = json.loads(self.store.get(key))
         data["candidates"] = tuple(data["candidates"])
         return SearchSettings(**data)
@@ -175,7 +165,7 @@ class TrainingSearch:
         return assignment
 
     def _finish(self) -> None:
-        self.run_path = run_record_path(self.env)
+        self.run_path = run_record_path(self.job)
         chosen = self.search.chosen
         if self.rank != 0:
             return

@@ -16,21 +16,21 @@ parameters (`PSWorker.wait_param`), so layer 1 computes while later layers' para
 arrive; urgent (early) layers are in class 0 and jump the queue.
 
 Setup happens on the model's first forward call (a pre-hook on the model), because the urgency
-ranking needs a sample input: rank parameters (geryon.launch.priorities), check every worker has
+ranking needs a sample input: rank parameters (geryon.runtime.priorities), check every worker has
 the same class assignment, then worker 0 publishes the servers' starting point in the job's store
 under `<prefix>ps/spec` -- the initial parameter values (torch.save bytes), the (class, urgency) of
-each tensor and the SGD settings, in chunks the store accepts (geryon.launch.store_blobs) -- and every worker reads the servers' addresses
+each tensor and the SGD settings, in chunks the store accepts (geryon.runtime.store_blobs) -- and every worker reads the servers' addresses
 (`<prefix>ps/server/<j>`), connects, and pulls version 0, so all workers start from worker 0's
 values whatever their own initialisation was.
 
-With --priority search (geryon.launch.search_sync) each step also times the iteration; when the
+With --priority search (geryon.runtime.search_sync) each step also times the iteration; when the
 search moves to another threshold, the switch happens right after that step, before the next
 forward: the worker waits for the pull it just asked for (every push of the iteration was
 applied, every parameter holds the new version), worker 0 publishes the new (class, urgency) per
 tensor under `<prefix>ps/switch/<n>` (every worker waits for it, so no server sees its workers
 leave before the switch is announced), every worker leaves the servers, and joins them again at
 `<prefix>ps/switch/<n>/server/<j>` with the new classes and the same iteration count. The servers
-(geryon.launch.server) rebuild their flows and shards from their current values, momentum and
+(geryon.runtime.server) rebuild their flows and shards from their current values, momentum and
 version, so no update is lost or applied twice.
 """
 
@@ -41,9 +41,9 @@ import logging
 import time
 
 from geryon.errors import ConfigError
-from geryon.launch import jobtransport
-from geryon.launch.priorities import decide_priorities, search_plan, tensor_priorities
-from geryon.launch.store_blobs import put_blob
+from geryon.runtime import jobtransport
+from geryon.runtime.priorities import decide_priorities, search_plan, tensor_priorities
+from geryon.runtime.store_blobs import put_blob
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +128,8 @@ class PSOptimizer:
 class ParameterServerSync:
     """A worker's side of PS training: setup on first forward, per-layer waits, push/pull steps."""
 
-    def __init__(self, model, optimizer, job, timeline=None, environ=None):
+    def __init__(self, model, optimizer, job, timeline=None):
         self.model, self.optimizer, self.job, self.timeline = model, optimizer, job, timeline
-        self.env = environ
         self.params = list(model.parameters())
         for param in self.params:
             if param.device.type != "cpu" or not param.is_contiguous():
@@ -143,7 +142,7 @@ class ParameterServerSync:
         self.search = None
         self.config = None
         self.store = None
-        self.prefix = jobtransport.store_prefix(environ)
+        self.prefix = job.store_prefix
 
     def attach(self) -> PSOptimizer:
         """Hook the model (setup on first forward, per-layer waits); return the optimizer stand-in."""
@@ -171,13 +170,13 @@ class ParameterServerSync:
 
     def _set_up(self, args, kwargs) -> None:
         tracer = self.timeline.transfer if self.timeline else None
-        config = self.config = jobtransport.transport_config(self.env, tracer=tracer)
-        store = self.store = jobtransport.open_store(self.env)
+        config = self.config = jobtransport.transport_config(self.job, tracer=tracer)
+        store = self.store = jobtransport.open_store(self.job)
         job = self.job
         if job.priority == "search":
             self.search, priorities, how = search_plan(
-                self.model, args, kwargs, config.classes, store, self.prefix, job.rank, job.world_size,
-                {"mode": "ps", "policy": config.policy, "servers": job.servers}, self.env)
+                self.model, args, kwargs, config.classes, store, self.prefix, job,
+                {"mode": "ps", "policy": config.policy, "servers": job.servers})
             assignment = self.search.assignment
         else:
             assignment, priorities, how = decide_priorities(

@@ -1,0 +1,80 @@
+"""Every GERYON_* environment variable, named once: the contract between the launcher and a rank.
+
+As torchrun's `LaunchConfig` -> worker environment -> `torch.distributed`, the variables are the only
+thing the two halves share: the launcher writes them (geryon.launch.environment), a rank reads them
+once into a `RankEnv` (geryon.runtime.env). Tools outside a job read the few at the end. No other
+module spells a GERYON_ name; import the constant from here.
+"""
+
+PREFIX = "GERYON_"
+
+# -- the launcher's flags' twins (`--workers` / GERYON_WORKERS; geryon.launch.config) ------------------
+MODE = "GERYON_MODE"
+WORKERS = "GERYON_WORKERS"
+SERVERS = "GERYON_SERVERS"
+POLICY = "GERYON_POLICY"
+PRIORITY = "GERYON_PRIORITY"
+CLASSES = "GERYON_CLASSES"
+EMULATE = "GERYON_EMULATE"
+BW = "GERYON_BW"
+TOPOLOGY = "GERYON_TOPOLOGY"
+LOCAL = "GERYON_LOCAL"
+HOSTFILE = "GERYON_HOSTFILE"
+KNOWN_HOSTS = "GERYON_KNOWN_HOSTS"
+TIMELINE = "GERYON_TIMELINE"
+TIMEOUT = "GERYON_TIMEOUT"
+GRACE = "GERYON_GRACE"
+
+# -- what the launcher gives every rank (besides torch's RANK, WORLD_SIZE, MASTER_ADDR, ...) -----------
+ROLE = "GERYON_ROLE"
+RANK_NAME = "GERYON_RANK_NAME"
+WORKER_RANK = "GERYON_WORKER_RANK"
+SERVER_RANK = "GERYON_SERVER_RANK"
+JOB_ID = "GERYON_JOB_ID"
+JOB_SECRET = "GERYON_JOB_SECRET"
+BACKEND = "GERYON_BACKEND"
+HOST_IP = "GERYON_HOST_IP"
+IFACE = "GERYON_IFACE"
+STORE_PREFIX = "GERYON_STORE_PREFIX"
+
+JOB_VARIABLES = {
+    ROLE: "worker or server",
+    RANK_NAME: "worker0, server1, ... (the prefix of the rank's output lines)",
+    WORKER_RANK: "workers: the same as RANK",
+    SERVER_RANK: "servers: 0..M-1",
+    WORKERS: "number of workers",
+    SERVERS: "number of parameter servers (0 in allreduce mode)",
+    MODE: "ps or allreduce",
+    POLICY: "vanilla, slicing, endhost or geryon",
+    PRIORITY: "coarse, search or threshold=T",
+    CLASSES: "priority classes 'name:dscp,...' (empty: the default two)",
+    JOB_ID: "this job's id (also the emulated cluster's name)",
+    JOB_SECRET: "a per-job secret; the transport authenticates its connections with it",
+    BACKEND: "local, emulate or ssh",
+    HOST_IP: "the address this rank should bind its geryon flows to",
+    IFACE: "the interface of that address, when known",
+    TIMELINE: "where the job's trace goes (empty: no trace)",
+    STORE_PREFIX: "key prefix in the TCPStore reserved for geryon's own rendezvous",
+}
+
+# -- inherited by ranks from the launcher's environment (no flag) ---------------------------------------
+TRANSPORT_TIMEOUT = "GERYON_TRANSPORT_TIMEOUT"   # seconds without progress before a peer counts as dead
+SEARCH_CANDIDATES = "GERYON_SEARCH_CANDIDATES"   # --priority search settings (geryon.runtime.search_sync)
+SEARCH_ITERS = "GERYON_SEARCH_ITERS"
+SEARCH_WARMUP = "GERYON_SEARCH_WARMUP"
+SEARCH_BUDGET = "GERYON_SEARCH_BUDGET"
+SEARCH_FIRST_ROUND = "GERYON_SEARCH_FIRST_ROUND"
+SEARCH_RUN = "GERYON_SEARCH_RUN"
+SEARCH_VARIABLES = (SEARCH_CANDIDATES, SEARCH_ITERS, SEARCH_WARMUP, SEARCH_BUDGET, SEARCH_FIRST_ROUND)
+
+# -- tools outside a job ----------------------------------------------------------------------------------
+PROFILES = "GERYON_PROFILES"     # a directory of per-layer .dag profiles (else the packaged ones)
+STATE_DIR = "GERYON_STATE_DIR"   # where emulate/netconf keep their state (default /run/geryon)
+
+# -- defaults both halves agree on ------------------------------------------------------------------------
+DEFAULT_POLICY = "geryon"
+DEFAULT_STORE_PREFIX = "geryon/"
+DEFAULT_TRANSPORT_TIMEOUT_S = 60.0
+
+# the line an SSH-started rank's shell prints first, so the launcher knows the remote PID
+REMOTE_PID_MARK = "GERYON_REMOTE_PID="
