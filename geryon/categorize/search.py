@@ -238,7 +238,7 @@ class ThresholdSearch:
             return {**decision, "next": list(self._plan[spent])}
         if spent >= settings.budget:
             return {**decision, **self._final(model)}
-        if spent < refining_until:
+        if spent < refining_until and not self._confirming:
             following = self._refine(model)
             if following is not None:
                 return {**decision, "next": list(following)}
@@ -247,8 +247,10 @@ class ThresholdSearch:
             # fresh samples taken close together in time (drift on a shared machine cancels out).
             self._confirming = True
             top = [point for point, _value in model["ranked"][:2]]
-            self._confirm_plan = [top[i % len(top)] for i in range(settings.budget - spent)]
-        return {**decision, "next": list(self._confirm_plan.pop(0))}
+            self._confirm_plan = [top[i % len(top)] for i in range(min(settings.confirm, settings.budget - spent))]
+        if self._confirm_plan:
+            return {**decision, "next": list(self._confirm_plan.pop(0))}
+        return {**decision, **self._final(model)}
 
     def _fit_model(self) -> dict:
         """The current model: ranked tried points, its record data and (two classes) a ThresholdFit."""
