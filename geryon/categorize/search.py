@@ -4,37 +4,44 @@ Use inside a training loop (every rank runs the same loop):
 
     search = ThresholdSearch(SearchSettings(), reducer=TorchDistributedReducer())
     for iteration in itertools.count():
-        threshold = search.threshold_for(iteration)      # constant within an iteration
-        ... apply threshold_split(ranking, [threshold]) if it changed, then run the iteration ...
+        thresholds = search.thresholds_for(iteration)    # constant within an iteration
+        ... apply threshold_split(ranking, thresholds) if it changed, then run the iteration ...
         search.record(iteration, seconds)                # collective at the end of each probe
-    search.chosen, search.to_record()                    # the threshold kept, the RUN.json data
+    search.chosen, search.to_record()                    # what is kept, the RUN.json data
 
-Plan: candidates are a grid of thresholds (default 0, 0.05, ..., 1). Round one probes
-`first_round` of them evenly spaced; then, until `budget` probes are spent, each next probe is the
-untried grid point closest to the current fitted minimum (a finer second round, adaptive). A probe
-runs `iters_per_probe` iterations; the first `warmup` are discarded (queues and windows settle after
-a switch). At the end of each probe every rank hands its times to the reducer; rank 0 takes, per
-iteration, the max over ranks (a synchronous iteration is as slow as its slowest rank), fits
-(`fit.py`: robust edge-preserving smoothing spline, soft_l1) and decides the next probe; every rank
-receives the same decision. The threshold changes only between iterations: `threshold_for(i)` for
-an iteration is fixed before it starts, so a gradient is pushed and applied under exactly one
-assignment and no update is lost or applied twice; what the transport does at the switch is its
-business, it just sees a new assignment at an iteration boundary.
+Points: with K classes (`classes`, default 2) a point is K−1 strictly increasing candidate
+thresholds (default grid 0, 0.05, ..., 1); two classes have 1-tuples and `threshold_for` /
+`chosen` give the float.
 
-Defaults, from measurements on the analytic model (`model.py`; `geryon bench threshold` reproduces
-one run): VGG-19 at 40 and 10 Gbit/s, ResNet-50 at 10 and 5 Gbit/s, Inception-v3 at 5 Gbit/s,
-AlexNet at 10 Gbit/s; every iteration time multiplied by lognormal noise (sigma 2% or 5%) and 5% of iterations made 3x slower; 60 seeds per case; error =
-noise-free time at the chosen threshold over the best of the 21 candidates.
-- budget 10, first round 6, 5 iterations per probe, 1 warm-up (the public fork's 10 probes of
-  5 steps), grid step 0.05, smoothing 0.25: at 2% noise mean error 0.2-0.6% per case, worst
-  2.8%, no run beyond 3%; at 5% noise mean 0.3-1.8%, 9% of runs beyond 3% (22% for ResNet-50 at
-  5 Gbit/s and Inception-v3, whose curves are saw-toothed). Noisier clusters want more iterations
-  per probe: 8 instead of 5 took the misses at 5% noise from 6.7% to 5.0% (30 seeds).
-- first round 5 / 6 / 7 of 10: 5 and 6 are close (at 5% noise 6.1% vs 6.7% of runs beyond 3%,
-  both none at 2%); 7 leaves too few refining probes (30% of ResNet-50 at 5 Gbit/s runs beyond
-  3% at 2% noise). 6 keeps round one dense enough to see a cliff like VGG-19's.
-- smoothing 0 / 0.1 / 0.25 / 0.5: 0.25 had no run beyond 3% at 2% noise, 0.5 had 2% of runs
-  for ResNet-50 at 5 Gbit/s (it smooths away a narrow dip).
+Plan, `budget` probes in all (default 10 for two classes, 6 more per further class):
+1. round one: `first_round` spread-out points (two classes: evenly spaced incl. 0 and 1; K classes:
+   every increasing tuple of a few evenly spaced interior levels, 0.2/0.4/0.6/0.8 pairwise for K = 3);
+2. refining: the untried point the model favours -- `method="fit"` (default for two classes): the
+   grid point closest to the robust spline's minimum (`fit.py`); `method="gp"` (default for more):
+   the lowest mean − kappa·sd of a Gaussian process (`surrogate.py`);
+3. the last `confirm` probes (default 2) re-measure the two best points so far, alternating, and the
+   choice is the better of those two by the model refitted on every sample: one lucky probe (next to
+   a cliff, say) can no longer win alone. Three classes: RUN.json gets the GP's mean over every
+   (t1, t2) pair (`surface`) for the report's heat-map.
+A probe runs `iters_per_probe` iterations; the first `warmup` are discarded (queues and windows
+settle after a switch); `fastest` < 1 keeps only that share of a probe's fastest kept iterations
+(interference only ever adds time). At the end of each probe every rank hands its times to the
+reducer; rank 0 takes, per iteration, the max over ranks (a synchronous iteration is as slow as its
+slowest rank), fits and decides the next probe; every rank receives the same decision. The
+thresholds change only between iterations: `thresholds_for(i)` is fixed before iteration i starts,
+so a gradient is pushed and applied under exactly one assignment and no update is lost or applied
+twice; what the transport does at the switch is its business, it just sees a new assignment at an
+iteration boundary.
+
+Why these defaults: docs/threshold-search.md has the measurements (analytic model over hundreds of
+seeds, `python -m geryon.bench.search_methods`, and the emulated cluster). In short: the curves are
+flat near their best with a cliff next to it; at 2% iteration noise every method lands within 3%
+of the best; at 5% or with load bursts a few runs in a hundred miss, the GP no better than the
+spline on one threshold; re-measuring the best two removes the cliff-edge misses. Earlier
+measurements of the spline's settings (60 seeds per case, VGG-19 at 40 and 10 Gbit/s, ResNet-50 at 10
+and 5, Inception-v3 at 5, AlexNet at 10): first round 6 of 10 (7 leaves too few refining probes,
+30% misses for ResNet-50 at 5 Gbit/s); smoothing 0.25 (0.5 smooths away ResNet-50's narrow dip);
+8 instead of 5 iterations per probe on noisy clusters (misses at 5% noise 6.7% -> 5.0%).
 """
 
 import itertools
