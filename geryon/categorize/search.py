@@ -161,6 +161,7 @@ class ThresholdSearch:
         self._plan = self.settings.first_round_candidates()
         self._confirm_plan: list[Point] = []
         self._confirming = False
+        self._round = 1                     # rank 0: the round of the probe now running
         self._current: Point = self._plan[0]
         self._probe_start = self.settings.start_iteration
         self._local_times: list[float] = []
@@ -231,8 +232,7 @@ class ThresholdSearch:
         self._samples.setdefault(self._current, []).extend(used)
         spent = len(self.probes)
         refining_until = max(len(self._plan), settings.budget - settings.confirm)
-        phase = 1 if spent < len(self._plan) else (2 if spent < refining_until else 3)
-        probe = {"index": spent, "round": phase, "thresholds": list(self._current),
+        probe = {"index": spent, "round": self._round, "thresholds": list(self._current),
                  "first_iteration": self._probe_start, "times": [list(times) for times in all_times],
                  "reduced": per_iteration, "kept": kept, "median_s": float(np.median(kept))}
         if settings.dimensions == 1:
@@ -248,6 +248,7 @@ class ThresholdSearch:
         if spent < refining_until and not self._confirming:
             following = self._refine(model)
             if following is not None:
+                self._round = 2
                 return {**decision, "next": list(following)}
         if not self._confirming:
             # Re-measure the two best so far, alternating, so that the final choice between them rests on
@@ -256,6 +257,7 @@ class ThresholdSearch:
             top = [point for point, _value in model["ranked"][:2]]
             self._confirm_plan = [top[i % len(top)] for i in range(min(settings.confirm, settings.budget - spent))]
         if self._confirm_plan:
+            self._round = 3
             return {**decision, "next": list(self._confirm_plan.pop(0))}
         return {**decision, **self._final(model)}
 
