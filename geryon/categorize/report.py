@@ -141,7 +141,7 @@ def plot_surface(record: dict, path) -> None:
 
 
 def two_class_edge(record: dict) -> tuple[float, float, float] | None:
-    """The best two-class split on a three-class surface: (t, t1/t2 pair's mean seconds, ...)."""
+    """The best two-class split on a three-class surface: (threshold, fitted seconds, its (t1, t2))."""
     surface = record.get("surface")
     if not surface:
         return None

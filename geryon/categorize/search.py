@@ -326,7 +326,7 @@ class ThresholdSearch:
 
     def to_record(self, sweep: list[dict] | None = None, extra: dict | None = None) -> dict:
         """The RUN.json data (schema in `runrecord.py`); complete on rank 0."""
-        return {"schema": SCHEMA, "context": {"classes": self.settings.classes, **self.context},
+        return {"schema": SCHEMA, "context": {**self.context, "classes": self.settings.classes},
                 "settings": self.settings.to_data(),
                 "world_size": self.reducer.world_size, "probes": self.probes,
                 "fit": self.fit.to_data() if self.fit else None, "model": self.model,

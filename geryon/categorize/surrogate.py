@@ -55,13 +55,8 @@ class Surrogate:
             mean, sd = self._gp.predict(x, return_std=True)
         return mean * self._scale + self._offset, sd * self._scale
 
-    def best_tried(self) -> tuple[tuple[float, ...], float]:
-        """The tried point with the lowest posterior mean, and that mean."""
-        mean, _sd = self.predict(self.points)
-        index = int(np.argmin(mean))
-        return self.points[index], float(mean[index])
-
     def ranked_tried(self) -> list[tuple[tuple[float, ...], float]]:
+        """Tried points with their posterior mean, best first."""
         mean, _sd = self.predict(self.points)
         return sorted(((p, float(m)) for p, m in zip(self.points, mean)), key=lambda item: (item[1], item[0]))
 
