@@ -98,6 +98,7 @@ def plot_threshold_run(record: dict, path) -> None:
     plt.close(fig)
 
 
+NOTICEABLE = 0.005  # a fitted difference smaller than this is not called a win
 ROUNDS = ((1, "o", "tab:blue"), (2, "s", "tab:orange"), (3, "D", "tab:purple"))
 ROUND_NAMES = {1: "round 1: spread out", 2: "round 2: refining", 3: "round 3: best two re-measured"}
 
@@ -256,7 +257,9 @@ def summarize_threshold_run(record: dict, png_name: str | None = None) -> str:
     edge = two_class_edge(record) if classes == 3 else None
     if chosen_s and edge:
         split, edge_s, _pair = edge
-        verdict = "3 classes beat 2" if chosen_s < edge_s else "3 classes do not beat 2"
+        verdict = ("3 classes beat 2" if chosen_s < (1 - NOTICEABLE) * edge_s else
+                   "no difference between 3 and 2 classes beyond 0.5%" if chosen_s <= (1 + NOTICEABLE) * edge_s
+                   else "3 classes do not beat 2")
         lines.append(f"- vs the best two-class split on the surface (t = {split:g}): {edge_s * 1e3:.2f} → "
                      f"{chosen_s * 1e3:.2f} ms, {100 * (1 - chosen_s / edge_s):+.1f}%: {verdict} here (fitted)")
     for key, name in (("no_priority_iter_s", "no priority (measured)"), ("coarse_iter_s", "coarse CONV/FC split"),

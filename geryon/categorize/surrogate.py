@@ -58,7 +58,12 @@ class Surrogate:
     def ranked_tried(self) -> list[tuple[tuple[float, ...], float]]:
         """Tried points with their posterior mean, best first."""
         mean, _sd = self.predict(self.points)
-        return sorted(((p, float(m)) for p, m in zip(self.points, mean)), key=lambda item: (item[1], item[0]))
+        # A flat posterior (the spread between points no larger than the noise) ties every point: the
+        # raw median then decides, not the order of the points.
+        resolution = 1e-6 * max(abs(float(np.max(mean))), 1e-12)
+        median = dict(zip(self.points, self.medians))
+        return sorted(((p, float(m)) for p, m in zip(self.points, mean)),
+                      key=lambda item: (round(item[1] / resolution), median[item[0]], item[0]))
 
     def to_data(self) -> dict:
         mean, sd = self.predict(self.points)
