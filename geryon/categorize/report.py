@@ -117,7 +117,9 @@ def plot_surface(record: dict, path) -> None:
     edges = np.concatenate([axis - step / 2, [axis[-1] + step / 2]])
     # rows of the grid are t1, columns t2: draw t1 on x, t2 on y
     mesh = ax.pcolormesh(edges, edges, grid.T, cmap="viridis", shading="flat")
-    fig.colorbar(mesh, ax=ax, label="fitted iteration time (ms, Gaussian-process mean)")
+    bar = fig.colorbar(mesh, ax=ax, label="fitted iteration time (ms, Gaussian-process mean)")
+    bar.formatter.set_useOffset(False)  # a flat surface shows its (tiny) range, not an offset
+    bar.update_ticks()
     for round_number, marker, color in ROUNDS:
         probes = [p for p in record["probes"] if p.get("round", 1) == round_number]
         if probes:
