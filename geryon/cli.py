@@ -19,6 +19,9 @@ COMMAND_MODULES = (
     "geryon.categorize.cli",
     "geryon.bench.cli",
     "geryon.demo",
+    "geryon.sim.cli",
+    "geryon.analyze.cli",
+    "geryon.cluster.cli",
 )
 
 

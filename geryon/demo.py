@@ -1,10 +1,10 @@
 """`geryon demo`: train a CNN on an emulated cluster without and with geryon, and compare the two.
 
 The README's first command. It runs `geryon/examples/train_cnn.py` (shipped in the package, so it
-works from any directory) through `python -m geryon.launch` on an emulated cluster (4 workers and 2 parameter servers, each a host behind a 100 Mbit/s switch
-port), once per policy (`vanilla`, then `geryon`), shows each run's iterations as they happen
-(on stderr), and ends with a table: iteration time, images/s, speedup over the first policy,
-final loss, test accuracy.
+works from any directory) through `python -m geryon.launch` on an emulated cluster (4 workers and 2
+parameter servers, each a host behind a 100 Mbit/s switch port), once per policy (`vanilla`, then
+`geryon`), shows each run's iterations as they happen (on stderr), and ends with a table: iteration
+time, images/s, speedup over the first policy, final loss, test accuracy.
 
 The model is the example's CNN with a wide hidden layer (`--hidden 2048`: 4.2 MB of parameters,
 nearly all in one fully-connected layer behind ~60 KB of convolutions), so parameter traffic
@@ -15,16 +15,7 @@ DSCP-marked flow that the switch serves first. Both runs train the same model on
 so their losses are equal; only the time differs. Iteration time is the mean over iterations 2..N
 (the first includes setup). It needs root (network namespaces); the whole demo takes ~2 minutes.
 
-Measured on a 2-core machine (24 iterations each, ~2 minutes in all; 12 iterations: 80-100 s):
-vanilla 2.56-2.75 s per iteration, geryon 0.97-1.06 s (2.5-2.8x); the loss falls from 2.32 to 2.22
-(test accuracy ~26%, chance 10%) in both runs, identically. Most of that gain is geryon's slicing of the big layer over
-both servers; `--policies slicing,geryon` gives 1.09 / 1.01 s, the share of priority (7%): the
-workers push gradients as backward produces them, big layer first, and priority lets the small
-urgent convolutions overtake it both ways. It stays small because this CNN's forward pass takes
-~10 ms, little compute for the urgent parameters' head start to overlap with. The priority shows
-clearly in the trace (`--timeline PREFIX`): under vanilla a class-0 (convolution) slice waits
-~380 ms in a worker's send queue and ~590 ms in a server's, behind the big layer; under geryon
-0.4 ms.
+Measured times: docs/measurements.md.
 
 The priority check that used to be the demo is `geryon emulate check`.
 """

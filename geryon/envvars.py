@@ -25,6 +25,7 @@ TIMELINE = "GERYON_TIMELINE"
 TIMEOUT = "GERYON_TIMEOUT"
 GRACE = "GERYON_GRACE"
 MAX_CLASSES = "GERYON_MAX_CLASSES"   # --priority search over K classes (the launcher sets SEARCH_CLASSES)
+PS_OPTIMIZER = "GERYON_PS_OPTIMIZER"
 
 # -- what the launcher gives every rank (besides torch's RANK, WORLD_SIZE, MASTER_ADDR, ...) -----------
 ROLE = "GERYON_ROLE"
@@ -56,6 +57,7 @@ JOB_VARIABLES = {
     IFACE: "the interface of that address, when known",
     TIMELINE: "where the job's trace goes (empty: no trace)",
     STORE_PREFIX: "key prefix in the TCPStore reserved for geryon's own rendezvous",
+    PS_OPTIMIZER: "ps mode: auto, server or worker (who runs the optimizer)",
 }
 
 # -- inherited by ranks from the launcher's environment (no flag) ---------------------------------------

@@ -71,3 +71,23 @@ class PeerTimeout(TransportError):
 
 class ProtocolError(TransportError):
     """A malformed frame, or ranks that disagree on the plan of what to send."""
+
+
+class QosProfileError(ConfigError):
+    """A switch QoS profile that cannot be used: bad TOML, overlapping DSCPs, queues or weights."""
+
+
+class TargetLimitError(QosProfileError):
+    """A QoS profile that asks more of a switch target than it offers (queues, strict queues, weights)."""
+
+
+class InventoryError(ConfigError):
+    """A cluster inventory file that is not in the documented format (see cluster/README.md)."""
+
+
+class ApplyError(NetconfError):
+    """Applying a QoS profile to a target failed; what was changed has been rolled back."""
+
+
+class RemoteError(NetconfError):
+    """Connecting to, or running a command on, a managed host or switch failed."""

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(mininet bridge-utils iperf iperf3 openssh-server ethtool tcpdump iproute2 procps psmisc
-              python3-venv python3-dev)
+              python3-venv python3-dev libyang2-tools)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,14 +22,15 @@ if [ ! -x .venv/bin/python ]; then
     echo "setup: creating .venv"
     /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-# The CPU wheel of torch 2.13.0 lies in /opt/wheels on these machines; elsewhere pip fetches it.
+# The CPU wheel of torch (version in constraints.txt) lies in /opt/wheels on these machines; elsewhere pip
+# fetches it.
 PIP_ARGS=(-q)
 [ -d /opt/wheels ] && PIP_ARGS+=(--find-links /opt/wheels)
 stamp=.venv/.geryon-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "setup: installing geryon and its Python dependencies into .venv"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
+    echo "setup: installing geryon and its Python dependencies into .venv (pinned by constraints.txt)"
     .venv/bin/python -m pip install "${PIP_ARGS[@]}" --upgrade pip >/dev/null
-    .venv/bin/python -m pip install "${PIP_ARGS[@]}" -e '.[test]'
+    .venv/bin/python -m pip install "${PIP_ARGS[@]}" -c constraints.txt -e '.[test]'
     touch "$stamp"
 fi
 echo "setup: ready (.venv/bin/geryon)"

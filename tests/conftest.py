@@ -1,9 +1,13 @@
-"""Shared fixtures: root detection and unique names for resources a test creates."""
+"""Shared fixtures: root detection, unique names for resources a test creates, a veth pair between two
+namespaces."""
 
 import os
+import subprocess
 import uuid
 
 import pytest
+
+from geryon import envvars
 
 
 def pytest_collection_modifyitems(config, items):
@@ -19,3 +23,40 @@ def pytest_collection_modifyitems(config, items):
 def unique_name():
     """A short unique run name (≤ 6 chars) so parallel tests never share namespaces."""
     return "t" + uuid.uuid4().hex[:5]
+
+
+@pytest.fixture
+def veth_pair(unique_name, tmp_path, monkeypatch):
+    """Two namespaces joined by a veth pair; always deleted, with their netconf state."""
+    monkeypatch.setenv(envvars.STATE_DIR, str(tmp_path / "state"))
+    from geryon.netconf import forget_netns_state
+    from netconf_pair import VethPair, sh
+
+    pair = VethPair(f"gy{unique_name}a", f"gy{unique_name}b")
+    created = []
+    try:
+        for netns in (pair.left_ns, pair.right_ns):
+            sh("ip", "netns", "add", netns)
+            created.append(netns)
+        sh("ip", "-n", pair.left_ns, "link", "add", pair.left_dev, "type", "veth", "peer", "name",
+            pair.right_dev, "netns", pair.right_ns)
+        for netns, dev, ip, ip6 in ((pair.left_ns, pair.left_dev, pair.left_ip, pair.left_ip6),
+                                    (pair.right_ns, pair.right_dev, pair.right_ip, pair.right_ip6)):
+            sh("ip", "-n", netns, "addr", "add", f"{ip}/30", "dev", dev)
+            sh("ip", "-n", netns, "addr", "add", f"{ip6}/64", "dev", dev, "nodad")
+            sh("ip", "-n", netns, "link", "set", dev, "up")
+        yield pair
+    finally:
+        for netns in created:
+            subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
+            forget_netns_state(netns)
+
+
+@pytest.fixture(scope="session")
+def single_curve():
+    """The example's loss curve trained alone (no launcher): what every distributed run must match."""
+    from launch_support import EXAMPLE_ARGS, loss_curve, run_single_process
+
+    curve = loss_curve(run_single_process(*EXAMPLE_ARGS))
+    assert len(curve) == 20
+    return curve

@@ -1,4 +1,5 @@
-"""Test helpers for geryon.netconf: a veth pair between two namespaces, and real traffic across it.
+"""Test helpers for geryon.netconf: a veth pair between two namespaces (the `veth_pair` fixture in
+conftest.py), and real traffic across it.
 
 Each helper runs a short Python program inside a namespace with `ip netns exec`, so the sockets (and the
 DSCP marks they set with IP_TOS / IPV6_TCLASS) are real kernel traffic.
@@ -9,9 +10,6 @@ import sys
 import time
 from dataclasses import dataclass
 
-import pytest
-
-from geryon.netconf import forget_netns_state
 
 
 @dataclass(frozen=True)
@@ -28,32 +26,8 @@ class VethPair:
     right_ip6: str = "fd00:198::2"
 
 
-def _sh(*argv: str) -> None:
+def sh(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, timeout=30)
-
-
-@pytest.fixture
-def veth_pair(unique_name, tmp_path, monkeypatch):
-    """Two namespaces joined by a veth pair; always deleted, with their netconf state."""
-    monkeypatch.setenv("GERYON_STATE_DIR", str(tmp_path / "state"))
-    pair = VethPair(f"gy{unique_name}a", f"gy{unique_name}b")
-    created = []
-    try:
-        for netns in (pair.left_ns, pair.right_ns):
-            _sh("ip", "netns", "add", netns)
-            created.append(netns)
-        _sh("ip", "-n", pair.left_ns, "link", "add", pair.left_dev, "type", "veth", "peer", "name",
-            pair.right_dev, "netns", pair.right_ns)
-        for netns, dev, ip, ip6 in ((pair.left_ns, pair.left_dev, pair.left_ip, pair.left_ip6),
-                                    (pair.right_ns, pair.right_dev, pair.right_ip, pair.right_ip6)):
-            _sh("ip", "-n", netns, "addr", "add", f"{ip}/30", "dev", dev)
-            _sh("ip", "-n", netns, "addr", "add", f"{ip6}/64", "dev", dev, "nodad")
-            _sh("ip", "-n", netns, "link", "set", dev, "up")
-        yield pair
-    finally:
-        for netns in created:
-            subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
-            forget_netns_state(netns)
 
 
 _UDP_SENDER = """

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from geryon.errors import ProtocolError
-from geryon.transport.allreduce import (reference_allreduce_tensors, serve_world_of_threads)
+from geryon.transport.allreduce import reference_allreduce_tensors
+from transport_support import serve_world_of_threads
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import TCP_NOTSENT_LOWAT
 

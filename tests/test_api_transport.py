@@ -12,7 +12,8 @@ from geryon.runtime.env import RankEnv
 from geryon.runtime.ddp_sync import BucketPriorities
 from geryon.runtime.priorities import (agree_on_assignment, assignment_for, decide_priorities,
                                       definition_order_ranking, tensor_priorities)
-from geryon.runtime.ps_sync import decode_spec, encode_spec, sgd_settings
+from geryon.runtime.ps_sync import decode_spec, encode_spec
+from geryon.transport.ps_optim import describe_optimizer
 
 
 class Net(nn.Module):
@@ -99,15 +100,12 @@ def test_a_bucket_takes_its_most_urgent_parameter():
     assert priorities.of_bucket(Bucket([torch.zeros(1)], index=4)) == (0, 4)
 
 
-def test_ps_mode_needs_plain_sgd_over_the_models_parameters():
+def test_ps_spec_carries_the_optimizer_as_json_and_values_as_tensors():
     model = Net()
     params = list(model.parameters())
-    sgd = torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4)
-    assert sgd_settings(sgd, params) == {"lr": 0.1, "momentum": 0.9, "dampening": 0,
-                                         "weight_decay": 1e-4, "nesterov": False}
-    with pytest.raises(ConfigError, match="Adam"):
-        sgd_settings(torch.optim.Adam(params), params)
-    with pytest.raises(ConfigError, match="one parameter group"):
-        sgd_settings(torch.optim.SGD([{"params": params[:2]}, {"params": params[2:]}], lr=0.1), params)
-    spec = decode_spec(encode_spec(params, [(0, 0)] * 4, {"lr": 0.1}))
-    assert all(torch.equal(a, b) for a, b in zip(spec["values"], params)) and spec["sgd"] == {"lr": 0.1}
+    optimizer = torch.optim.AdamW([{"params": params[:2]}, {"params": params[2:], "weight_decay": 0.0}],
+                                  lr=0.1)
+    spec = decode_spec(encode_spec(params, [(0, 0)] * 4, describe_optimizer(optimizer, params)))
+    assert all(torch.equal(a, b) for a, b in zip(spec["values"], params))
+    assert spec["optimizer"].name == "AdamW" and spec["optimizer"].tensor_group == (0, 0, 1, 1)
+    assert spec["optimizer"].groups[1]["weight_decay"] == 0.0 and spec["optimizer"].groups[0]["lr"] == 0.1

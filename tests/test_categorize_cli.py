@@ -41,9 +41,10 @@ def test_categorize_bad_input(argv, message, capsys):
 
 def test_bench_threshold_analytic(tmp_path, capsys):
     run = tmp_path / "RUN.json"
-    assert main(["bench", "threshold", "--backend", "analytic", "--model", "resnet50", "--bandwidth", "10gbit", "--json",
-                 "--out", str(run)]) == 0
+    assert main(["bench", "threshold", "--backend", "analytic", "--model", "resnet50", "--bandwidth", "10gbit",
+                 "--json", "--out", str(run)]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert set(result) >= {"chosen", "chosen_iter_s", "sweep_best", "sweep_best_iter_s", "probes"}
+    assert set(result) >= {"backend", "chosen", "chosen_iter_s", "sweep_best", "sweep_best_iter_s", "probes"}
+    assert result["backend"] == "analytic"
     assert result["probes"] <= 10 and result["true_ratio"] <= 1.03
     assert json.loads(run.read_text())["schema"] == "geryon.threshold-run/1"

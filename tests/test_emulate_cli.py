@@ -15,6 +15,7 @@ def geryon(*argv, timeout=60):
                           timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_up_exec_list_down(unique_name):
     try:

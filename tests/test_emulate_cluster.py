@@ -8,7 +8,7 @@ import pytest
 
 from geryon.emulate import EmulatedCluster, Host, clean
 from geryon.emulate import fabric, state
-from geryon.errors import ConfigError, NameInUse
+from geryon.errors import ConfigError, EmulationError, NameInUse
 from geryon.netconf import read_class_counters
 
 pytestmark = pytest.mark.root
@@ -127,12 +127,12 @@ def test_failed_build_removes_partial_state(unique_name, monkeypatch):
 
 
 def test_state_record_and_name_in_use(unique_name):
-    cluster = EmulatedCluster(unique_name, hosts=2, bw="10mbit", tcp_congestion="cubic")
+    cluster = EmulatedCluster(unique_name, hosts=2, bw="10mbit", tcp_congestion="reno")
     try:
         cluster.up()
         record = json.loads(state.record_path(unique_name).read_text())
         assert record["state"] == "up" and record["rate"] == 10_000_000
-        assert record["tcp_congestion"] == "cubic"
+        assert record["tcp_congestion"] == "reno" and cluster.congestion_control("h1") == "reno"
         assert [h["netns"] for h in record["hosts"]] == [f"gy{unique_name}-h1", f"gy{unique_name}-h2"]
         intruder = EmulatedCluster(unique_name, hosts=2)
         with pytest.raises(NameInUse, match="already exists"):
@@ -172,3 +172,15 @@ def test_unknown_host_is_a_clear_error(unique_name):
     with EmulatedCluster(unique_name, hosts=2) as cluster:
         with pytest.raises(ConfigError, match="no host 'h7'"):
             cluster.run("h7", ["true"])
+
+
+def test_a_congestion_control_a_namespace_may_not_default_to_is_a_clear_error(unique_name):
+    allowed = open("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read().split()
+    available = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
+    restricted = [cc for cc in available if cc not in allowed]
+    if not restricted:
+        pytest.skip("every available congestion control is allowed in namespaces here")
+    cluster = EmulatedCluster(unique_name, hosts=2, bw="10mbit", tcp_congestion=restricted[0])
+    with pytest.raises(EmulationError, match="allowed"):
+        cluster.up()
+    assert not fabric.list_netns(f"gy{unique_name}-")

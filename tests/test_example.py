@@ -6,11 +6,6 @@ from launch_support import EXAMPLE, EXAMPLE_ARGS, PYTHON, json_records, loss_cur
     run_stoppable
 
 
-@pytest.fixture(scope="module")
-def single_curve():
-    return loss_curve(run_single_process(*EXAMPLE_ARGS))
-
-
 def test_dataset_is_deterministic_and_balanced():
     import importlib.util
     spec = importlib.util.spec_from_file_location("train_cnn", EXAMPLE)
@@ -23,6 +18,7 @@ def test_dataset_is_deterministic_and_balanced():
     assert labels.bincount(minlength=10).min() > 20
 
 
+@pytest.mark.slow
 def test_loss_falls_and_accuracy_is_reported():
     records = run_single_process("--iterations", "120", "--width", "8", "--train-size", "2048",
                                  "--test-size", "500", "--log-json")

@@ -44,6 +44,12 @@ def test_every_flag_has_an_env_twin():
                               "topology", "local", "hostfile", "timeline", "timeout"}
 
 
+def test_ps_optimizer_flag_and_twin():
+    assert parse("--local", "--mode", "ps", SCRIPT).ps_optimizer == "auto"
+    assert parse("--local", "--mode", "ps", "--ps-optimizer", "worker", SCRIPT).ps_optimizer == "worker"
+    assert parse("--local", "--mode", "ps", SCRIPT, GERYON_PS_OPTIMIZER="server").ps_optimizer == "server"
+
+
 def test_flag_wins_over_twin():
     assert parse("--local", "--workers", "5", SCRIPT, GERYON_WORKERS="3").workers == 5
 
@@ -71,6 +77,8 @@ def test_emulate_flags():
     (["--local", "--timeout", "0", SCRIPT], {}, "positive"),
     (["--local", "--timeline", "/no/such/dir/t.json", SCRIPT], {}, "does not exist"),
     ([SCRIPT], {"GERYON_LOCAL": "maybe"}, "use 1 or 0"),
+    (["--local", "--ps-optimizer", "worker", SCRIPT], {}, "--mode ps only"),
+    (["--local", "--mode", "ps", "--ps-optimizer", "gpu", SCRIPT], {}, "unknown --ps-optimizer"),
 ])
 def test_bad_input_is_a_clear_error(argv, env, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):

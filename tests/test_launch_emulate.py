@@ -7,7 +7,7 @@ import time
 import pytest
 
 from launch_support import (EXAMPLE, EXAMPLE_ARGS, assert_no_processes, job_id, json_records, loss_curve,
-                            marker, rank_lines, run_launcher, run_single_process, start_launcher)
+                            marker, rank_lines, run_launcher, start_launcher)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -15,11 +15,6 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 def namespaces_of(job: str) -> list[str]:
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     return [line.split()[0] for line in listing.splitlines() if line.startswith(f"gy{job}-")]
-
-
-@pytest.fixture(scope="module")
-def single_curve():
-    return loss_curve(run_single_process(*EXAMPLE_ARGS))
 
 
 @pytest.mark.parametrize("mode_args", [["--mode", "ps", "--servers", "2", "--policy", "geryon"],

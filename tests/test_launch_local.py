@@ -2,19 +2,12 @@
 
 import pytest
 
-from launch_support import EXAMPLE, EXAMPLE_ARGS, json_records, loss_curve, rank_lines, run_launcher, \
-    run_single_process
-
-
-@pytest.fixture(scope="module")
-def single_curve():
-    curve = loss_curve(run_single_process(*EXAMPLE_ARGS))
-    assert len(curve) == 20
-    return curve
+from launch_support import EXAMPLE, EXAMPLE_ARGS, json_records, loss_curve, rank_lines, run_launcher
 
 
 @pytest.mark.parametrize("mode_args", [["--mode", "allreduce"], ["--mode", "ps", "--servers", "1"]],
                          ids=["allreduce", "ps"])
+@pytest.mark.slow
 def test_two_workers_follow_the_single_process_curve(single_curve, mode_args):
     result = run_launcher("--local", "--workers", "2", *mode_args, EXAMPLE, *EXAMPLE_ARGS)
     assert result.returncode == 0, result.stderr[-3000:]

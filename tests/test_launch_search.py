@@ -10,15 +10,10 @@ from geryon.errors import ConfigError
 from geryon.runtime.env import RankEnv
 from geryon.runtime.search_sync import run_record_path, search_settings
 from launch_support import EXAMPLE, EXAMPLE_ARGS, PYTHON, REPO, clean_env, json_records, loss_curve, \
-    rank_lines, run_launcher, run_single_process
+    rank_lines, run_launcher
 
 SWITCH = re.compile(r"geryon: search switch (\d+) before iteration (\d+): threshold (\S+),.*digest (\w+)")
 CANDIDATES = [0.0, 0.5, 1.0]
-
-
-@pytest.fixture(scope="module")
-def single_curve():
-    return loss_curve(run_single_process(*EXAMPLE_ARGS))
 
 
 def switches_of(output: str, rank: str) -> list[tuple]:

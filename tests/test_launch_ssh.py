@@ -85,6 +85,7 @@ def loopback_sshd(tmp_path):
         stop(process)
 
 
+@pytest.mark.slow
 def test_job_over_ssh_matches_single_process(loopback_sshd):
     keys, port = loopback_sshd
     hostfile = keys.folder / "hostfile"
@@ -99,6 +100,7 @@ def test_job_over_ssh_matches_single_process(loopback_sshd):
                                                 rel=1e-4, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_failing_remote_rank_stops_the_others(loopback_sshd, tmp_path):
     keys, port = loopback_sshd
     script = tmp_path / "fail.py"

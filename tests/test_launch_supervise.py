@@ -42,6 +42,7 @@ def _wait_for(paths, timeout=60.0):
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_output_is_prefixed_and_success_is_zero(tmp_path):
     script = tmp_path / "hello.py"
     script.write_text("import os, sys\nprint('hello', os.environ['RANK'], os.environ['WORLD_SIZE'])\n"
@@ -53,6 +54,7 @@ def test_output_is_prefixed_and_success_is_zero(tmp_path):
     assert "[worker1] oops" in result.stderr and "all 3 workers finished" in result.stderr
 
 
+@pytest.mark.slow
 def test_failing_rank_stops_the_others(rank_script, tmp_path):
     word = marker()
     result = run_launcher("--local", "--workers", "3", rank_script, tmp_path, word,
@@ -63,6 +65,7 @@ def test_failing_rank_stops_the_others(rank_script, tmp_path):
     assert_no_processes(word)
 
 
+@pytest.mark.slow
 def test_rank_ignoring_sigterm_is_killed_after_grace(rank_script, tmp_path):
     word = marker()
     started = time.monotonic()
@@ -73,6 +76,7 @@ def test_rank_ignoring_sigterm_is_killed_after_grace(rank_script, tmp_path):
     assert_no_processes(word)
 
 
+@pytest.mark.slow
 def test_timeout_stops_the_job(rank_script, tmp_path):
     word = marker()
     result = run_launcher("--local", "--workers", "2", "--timeout", "2", rank_script, tmp_path, word)
@@ -82,6 +86,7 @@ def test_timeout_stops_the_job(rank_script, tmp_path):
 
 @pytest.mark.parametrize("victim, options", [("worker1", ()),
                                              ("server1", ("--mode", "ps", "--servers", "2"))])
+@pytest.mark.slow
 def test_killed_rank_ends_the_job(rank_script, tmp_path, victim, options):
     word = marker()
     launcher = start_launcher("--local", *options, "--workers", "2", rank_script, tmp_path, word)
@@ -97,6 +102,7 @@ def test_killed_rank_ends_the_job(rank_script, tmp_path, victim, options):
     assert_no_processes(word)
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_everything(rank_script, tmp_path):
     word = marker()
     launcher = start_launcher("--local", "--workers", "2", "--grace", "1", rank_script, tmp_path, word,

@@ -12,7 +12,7 @@ from geryon.errors import InterfaceNotFound, NetconfError, RateError
 from geryon.netconf import (Capabilities, apply_plan, build_priority_plan, counters_by_name,
                             detect_capabilities, install_priority_queues, install_shaping,
                             read_class_counters, remove_queues)
-from netconf_pair import flood_udp, send_tcp, send_udp, veth_pair, wait_for  # noqa: F401  (veth_pair is a fixture)
+from netconf_pair import flood_udp, send_tcp, send_udp, wait_for
 
 pytestmark = pytest.mark.root
 
@@ -191,7 +191,7 @@ def test_high_class_takes_the_link_from_a_competing_low_flood(veth_pair):
 
 FAILING_TEST = '''
 import pytest
-from netconf_pair import veth_pair  # noqa: F401
+from conftest import veth_pair  # noqa: F401 -- the fixture under test
 from geryon.netconf import install_priority_queues
 
 @pytest.fixture
@@ -204,6 +204,7 @@ def test_fails_midway(veth_pair):
 '''
 
 
+@pytest.mark.slow
 def test_fixture_removes_its_namespaces_when_a_test_fails(unique_name, tmp_path):
     test_file = tmp_path / "test_failing.py"
     test_file.write_text(FAILING_TEST.format(name=unique_name))

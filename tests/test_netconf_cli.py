@@ -8,7 +8,7 @@ import pytest
 
 from geryon.errors import ClassSpecError, ConfigError, InterfaceNotFound, RateError
 from geryon.netconf import cli
-from netconf_pair import send_udp, veth_pair  # noqa: F401  (veth_pair is a fixture)
+from netconf_pair import send_udp
 
 
 def run(argv: list[str]) -> int:

@@ -4,7 +4,7 @@ import pytest
 
 from geryon.errors import InterfaceNotFound, NetconfError
 from geryon.netconf.verify import DscpSniffer, sniff_dscp
-from netconf_pair import send_tcp, send_udp, veth_pair  # noqa: F401  (veth_pair is a fixture)
+from netconf_pair import send_tcp, send_udp
 
 pytestmark = pytest.mark.root
 

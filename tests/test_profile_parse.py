@@ -63,8 +63,8 @@ def _tiny():
     layer = {"forward_pass_units": 10, "backward_pass_units": 20, "communication_units": 400,
              "input_layers": [], "output_layers": [], "extras": {"name": "x", "type": "Dense"}}
     first, second = copy.deepcopy(layer), copy.deepcopy(layer)
-    first.update(output_layers=[1]); first["extras"] = {"name": "conv", "type": "Conv2D"}
-    second.update(input_layers=[0]); second["extras"] = {"name": "fc", "type": "Dense"}
+    first.update(output_layers=[1], extras={"name": "conv", "type": "Conv2D"})
+    second.update(input_layers=[0], extras={"name": "fc", "type": "Dense"})
     return {"extras": {"$local$forward_pass_unit": "ns", "$local$backward_pass_unit": "ns",
                        "$local$comm_unit": "B"}, "layers": {"0": first, "1": second}}
 
@@ -98,7 +98,7 @@ def test_bad_profiles_name_what_is_wrong(breakage, message):
 def test_cycle_is_reported():
     data = _tiny()
     extra = copy.deepcopy(data["layers"]["1"])
-    extra.update(input_layers=[1], output_layers=[1]); extra["extras"] = {"name": "loop", "type": "Dense"}
+    extra.update(input_layers=[1], output_layers=[1], extras={"name": "loop", "type": "Dense"})
     data["layers"]["2"] = extra
     data["layers"]["1"]["input_layers"] = [0, 2]
     data["layers"]["1"]["output_layers"] = [2]

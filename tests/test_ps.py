@@ -114,23 +114,31 @@ def test_mismatched_shard_plan_is_refused():
         server.close()
 
 
-@pytest.mark.parametrize("sgd", [dict(lr=0.1), dict(lr=0.05, momentum=0.9, weight_decay=0.01),
-                                 dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=1e-3),
-                                 dict(lr=0.05, momentum=0.9, nesterov=True)])
-def test_server_update_is_bit_exact_torch_sgd(sgd):
-    """The server's per-shard update equals torch.optim.SGD.step bit for bit, step after step."""
-    from geryon.transport.ps import _ServerShard
+@pytest.mark.parametrize("cls,settings", [
+    ("SGD", dict(lr=0.1)), ("SGD", dict(lr=0.05, momentum=0.9, weight_decay=0.01)),
+    ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=1e-3)),
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True)),
+    ("Adam", dict(lr=0.01, amsgrad=True, weight_decay=0.1)), ("AdamW", dict(lr=0.01)),
+    ("RMSprop", dict(lr=0.01, momentum=0.5, centered=True)), ("Adagrad", dict(lr=0.1)),
+    ("NAdam", dict(lr=0.01)), ("Rprop", dict(lr=0.01))])
+def test_server_update_is_bit_exact_torch_optim(cls, settings):
+    """A shard's update equals the user's torch.optim class on the whole tensor, bit for bit."""
+    from geryon.transport.ps import _ServerShard, _StepPlan
+    from geryon.transport.ps_optim import describe_optimizer
     from geryon.transport.shards import Shard
-    full = dict(momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, **{"lr": 0.0})
-    full.update(sgd)
+
     torch.manual_seed(3)
     start = torch.randn(257)
-    shard = _ServerShard(Shard(0, 0, 257, 0, 0, 0), start, 1, full)
     reference = torch.nn.Parameter(start.clone())
-    optimizer = torch.optim.SGD([reference], **sgd)
+    optimizer = getattr(torch.optim, cls)([reference], **settings)
+    spec = describe_optimizer(optimizer, [reference])
+    halves = [_ServerShard(Shard(0, offset, length, 0, 0, 0), start[offset:offset + length], 1, spec, 0)
+              for offset, length in ((0, 128), (128, 129))]
     for _ in range(5):
         grad = torch.randn(257)
         reference.grad = grad.clone()
         optimizer.step()
-        shard.step(grad.clone())
-        assert torch.equal(shard.param, reference.detach())
+        for half in halves:
+            o, n = half.shard.offset, half.shard.length
+            half.update(grad[o:o + n].clone(), _StepPlan(), spec, [0])
+        assert torch.equal(torch.cat([h.param for h in halves]), reference.detach())

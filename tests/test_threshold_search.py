@@ -136,7 +136,8 @@ def _distributed_worker(rank, world_size, port, queue):
 
     from geryon.categorize.reduce import TorchDistributedReducer
 
-    store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False, timeout=__import__("datetime").timedelta(seconds=60))
+    store = dist.TCPStore("127.0.0.1", port, world_size + 1, is_master=False,
+                          timeout=__import__("datetime").timedelta(seconds=60))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
     try:
         profile = resolve_profile("resnet50")
@@ -158,6 +159,7 @@ def _distributed_worker(rank, world_size, port, queue):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_decision_reaches_every_rank_over_gloo():
     import multiprocessing
 

@@ -23,8 +23,8 @@ def _free_port():
 def test_ddp_hook_with_store_rendezvous():
     world, master = 2, _free_port()
     config = TransportConfig(secret="t", timeout=20)
-    store = dist.TCPStore("127.0.0.1", master, world, is_master=True, wait_for_workers=False,
-                          timeout=timedelta(seconds=20))
+    store = dist.TCPStore("127.0.0.1", master, world, is_master=True, wait_for_workers=False,  # noqa: F841
+                          timeout=timedelta(seconds=20))  # the master store must stay alive while ranks use it
     results = [None] * world
 
     class FakeBucket:   # the two methods of dist.GradBucket the hook uses

@@ -5,7 +5,7 @@ from collections import Counter
 
 import torch
 
-from geryon.transport.allreduce import serve_world_of_threads
+from transport_support import serve_world_of_threads
 from geryon.transport.config import TransportConfig
 from geryon.transport.trace import EVENT_KINDS, TransferEvent
 from tests.test_ps import run_ps

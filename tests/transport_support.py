@@ -1,6 +1,9 @@
 """Helpers shared by the transport tests."""
 
 import socket
+import threading
+
+from geryon.transport import AllreduceGroup
 
 
 def free_ports(count: int) -> list[int]:
@@ -12,3 +15,27 @@ def free_ports(count: int) -> list[int]:
     for s in holders:
         s.close()
     return ports
+
+
+def serve_world_of_threads(world: int, config, body):
+    """Run `body(group)` on `world` AllreduceGroup ranks as threads over loopback sockets; their results."""
+    host, ports = "127.0.0.1", free_ports(world)
+    peers = [(host, p) for p in ports]
+    results, errors = [None] * world, [None] * world
+
+    def run(rank):
+        try:
+            with AllreduceGroup(rank, world, peers, config, listen=(host, ports[rank])) as group:
+                results[rank] = body(group)
+        except BaseException as exc:  # noqa: BLE001 -- re-raised in the caller's thread
+            errors[rank] = exc
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for exc in errors:
+        if exc is not None:
+            raise exc
+    return results

@@ -88,7 +88,7 @@ def run_server(args) -> None:
     _emit(event="ready", index=args.index)
     try:
         with pool.cond:
-            while not pool.left and not pool.failures:
+            while not pool.departed():
                 pool.cond.wait(0.2)
     finally:
         pool.close(say_goodbye=False)

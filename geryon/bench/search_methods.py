@@ -121,7 +121,8 @@ def main(argv=None) -> int:
                        "seconds": time.perf_counter() - started}
                 rows.append(row)
                 if not args.json:
-                    print(f"{model:10s} {bandwidth / 1e9:4g}G noise {noise:.2f} bursts {args.bursts:.2f} {name:28s} mean {row['mean_pct']:5.2f}% "
+                    print(f"{model:10s} {bandwidth / 1e9:4g}G noise {noise:.2f} bursts {args.bursts:.2f} {name:28s} "
+                          f"mean {row['mean_pct']:5.2f}% "
                           f"p95 {row['p95_pct']:5.2f}% worst {row['worst_pct']:5.2f}% >3%: "
                           f"{100 * row['beyond_3pct']:4.0f}%  ({row['seconds']:.0f} s)", flush=True)
     if args.json:

@@ -45,35 +45,26 @@ probe (the search's advice for noisy clusters) and why `extra.sweep_ratio` (the 
 the chosen threshold over its best) is recorded next to `ratio` (a fresh re-measurement over the
 smallest of 21 noisy medians, biased low).
 
-Measured (2026-11-22, CLI defaults, 10 probes each, other engineers' tests loading the 2 cores):
-VGG-19 2 workers/1 server: chosen 0.80 vs sweep best 0.60 / 0.65, ratio 1.001 and 1.008, 115 s;
-4 workers/2 servers: 0.60 = sweep best, ratio 1.029, 134 s. ResNet-50 2/1: chosen 0.55 vs 0.95,
-ratio 0.966; chosen 0.85 vs 0.25 (a lucky sweep median), ratio 1.078 (iteration noise 4.6%); 4/2:
-chosen 0.55 vs 0.75, ratio 1.021; ~105-130 s. Worst candidate / sweep best: 1.23-1.28, every
-run verified (every rank applied every update exactly once at each of the 32 switches).
+Measured runs: docs/measurements.md.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import queue
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from geryon import envvars
-from geryon.signals import sigterm_as_interrupt
+from geryon.childproc import ChildProcess, child_env, module_argv
 from geryon.errors import ConfigError, TransportError
+from geryon.signals import sigterm_as_interrupt
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+REPLAY_MODULE = "geryon.bench.replay_roles"
 REPLY_TIMEOUT_S = 120.0
 
 
@@ -141,59 +132,33 @@ class RoleProcess:
 
     def __init__(self, cluster, host: str, argv: list[str], env: dict, log_dir: str):
         self.host = host
-        self.name = f"{argv[3]}@{host}"
-        self.log_path = os.path.join(log_dir, f"{argv[3]}-{host}.log")
-        self._log = open(self.log_path, "w")
-        self.proc = cluster.popen(host, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=self._log, text=True, env=env, bufsize=1)
-        self._replies: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self._replies.put(json.loads(line))
-        self._replies.put(None)
+        role = argv[argv.index(REPLAY_MODULE) + 1]
+        self.name = f"{role}@{host}"
+        self.child = ChildProcess.start(argv, netns=cluster.host(host).netns, env=env, interactive=True,
+                                        name=self.name, error=TransportError,
+                                        stderr_path=os.path.join(log_dir, f"{role}-{host}.log"))
 
     def send(self, op: str, **fields) -> None:
-        try:
-            self.proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise TransportError(f"{self.name} is gone: {self.stderr_tail()}") from None
+        self.child.send({"op": op, **fields})
 
     def receive(self, timeout: float = REPLY_TIMEOUT_S) -> dict:
-        try:
-            reply = self._replies.get(timeout=timeout)
-        except queue.Empty:
-            raise TransportError(f"{self.name} did not answer within {timeout:g} s: "
-                                 f"{self.stderr_tail()}") from None
-        if reply is None:
-            raise TransportError(f"{self.name} exited: {self.stderr_tail()}")
+        reply = self.child.next_record(timeout)
         if not reply.get("ok"):
-            raise TransportError(f"{reply.get('error')} ({self.stderr_tail()})")
+            raise TransportError(f"{reply.get('error')} ({self.child.stderr_tail()})")
         return reply
 
     def call(self, op: str, **fields) -> dict:
         self.send(op, **fields)
         return self.receive()
 
-    def stderr_tail(self, chars: int = 600) -> str:
-        self._log.flush()
-        try:
-            return Path(self.log_path).read_text()[-chars:].strip() or "(no stderr)"
-        except OSError:
-            return "(no stderr)"
-
     def stop(self) -> None:
-        if self.proc.poll() is None:
+        if self.child.running():
             try:
                 self.send("exit")
-                self.proc.wait(timeout=10)
+                self.child.process.wait(timeout=10)
             except (TransportError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
+                pass
+        self.child.close()
 
 
 def _gather(processes, op: str, **fields) -> list[dict]:
@@ -222,9 +187,8 @@ class ReplayedPSJob:
         self._log_dir = tempfile.mkdtemp(prefix="gy-replay-")
 
     def start(self) -> "ReplayedPSJob":
-        env = dict(os.environ, **{envvars.JOB_SECRET: secrets.token_hex(16)}, OMP_NUM_THREADS="1",
-                   PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
-        role = [sys.executable, "-m", "geryon.bench.replay_roles"]
+        env = child_env({envvars.JOB_SECRET: secrets.token_hex(16), "OMP_NUM_THREADS": "1"})
+        role = module_argv(REPLAY_MODULE)
         extra = self.setup.role_args()
         hosts = [h.name for h in self.cluster.hosts]
         for index in range(self.setup.servers):

@@ -11,6 +11,13 @@ directions). PS push/pull and the 2-rank ring load both directions at once; with
 direction's ACKs then queue behind the other's data and TCP itself loses 5-12% at 100 Mbit/s
 (iperf3 --bidir: 84-92 of 95.5 Mbit/s), so `ratio_vs_iperf3_bidir` is the like-for-like ratio.
 With `--congestion cubic` (iperf3 run with it too) the two baselines agree.
+
+Fairness: geryon's flows and iperf3 use `--congestion` (else the hosts' default) on every socket, and
+`bench allreduce` makes it every emulated host's default so that gloo uses it too (the kernel allows
+that only for the host's tcp_allowed_congestion_control: reno and bbr here); each result names it as
+`congestion`. iperf3 marks its packets with the
+DSCP that the policy's transfers use (`baseline_dscp`), so both go through the same queue class;
+`bench priority` fails when the bulk traffic it loads the worker with did not flow.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import time
 import uuid
 
 from geryon.bench.emulated import BASE_PORT, gloo_placements, ring_placements, role_argv, run_roles
+from geryon.errors import TransportError
 from geryon.transport.config import TransportConfig
 from geryon.transport.policy import POLICIES
 
@@ -33,9 +41,18 @@ def _print(args, record: dict) -> None:
                         for k, v in record.items()), flush=True)
 
 
-def _cluster(hosts: int, args):
+def _cluster(hosts: int, args, default_congestion: bool = False):
+    """The bench's cluster; with `default_congestion`, --congestion is every host's default (for gloo,
+    which cannot pick its sockets' congestion control)."""
     from geryon.emulate import EmulatedCluster
-    return EmulatedCluster("b" + uuid.uuid4().hex[:5], hosts=hosts, bw=args.bw)
+    return EmulatedCluster("b" + uuid.uuid4().hex[:5], hosts=hosts, bw=args.bw,
+                           tcp_congestion=args.congestion if default_congestion else None)
+
+
+def _dscp_of(policy: str) -> int:
+    """The DSCP of the flow that carries class 0 (every bench tensor's class) under `policy`."""
+    config = TransportConfig(secret="bench", policy=policy)
+    return config.flow_dscp(config.scheduling.flow_of(0))
 
 
 def _common(args) -> list[str]:
@@ -45,11 +62,11 @@ def _common(args) -> list[str]:
     return extra
 
 
-def _iperf3(cluster, seconds: int = 5, bidir: bool = False, congestion: str | None = None) -> float:
-    """iperf3 goodput h1 -> h2 in bit/s; with `bidir`, the mean of both directions run at once."""
+def _iperf3(cluster, seconds: int = 5, bidir: bool = False, congestion: str | None = None, dscp: int = 0) -> float:
+    """iperf3 goodput h1 -> h2 in bit/s, packets marked `dscp`; with `bidir`, the mean of both directions."""
     server = cluster.popen("h2", ["iperf3", "-s", "-1", "-p", "5399"], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
-    extra = (["--bidir"] if bidir else []) + (["-C", congestion] if congestion else [])
+    extra = (["--bidir"] if bidir else []) + (["-C", congestion] if congestion else []) + ["-S", str(dscp << 2)]
     try:
         time.sleep(0.5)
         out = cluster.run("h1", ["iperf3", "-c", cluster.host("h2").ip, "-p", "5399", "-t", str(seconds),
@@ -67,15 +84,22 @@ def _iperf3(cluster, seconds: int = 5, bidir: bool = False, congestion: str | No
 def bench_transport(args) -> int:
     size = int(args.size_mb * 1e6)
     with _cluster(2, args) as cluster:
-        baseline = _iperf3(cluster, congestion=args.congestion)
-        _print(args, {"bench": "transport", "system": "iperf3", "bw": args.bw, "goodput_bps": baseline})
-        # PS push/pull and the 2-rank ring load both directions at once, and so does this baseline:
-        # each direction's ACKs queue behind the other's data (BBR loses 5-12% at 100 Mbit/s)
-        both_ways = _iperf3(cluster, bidir=True, congestion=args.congestion)
-        _print(args, {"bench": "transport", "system": "iperf3-bidir", "bw": args.bw,
-                      "goodput_bps": both_ways})
+        congestion = args.congestion or cluster.congestion_control("h1")   # geryon's and iperf3's sockets
+        baselines: dict[int, tuple[float, float]] = {}
         address = f"{cluster.host('h1').ip}:{BASE_PORT}"
         for policy in args.policies.split(","):
+            dscp = _dscp_of(policy)
+            if dscp not in baselines:
+                baseline = _iperf3(cluster, congestion=args.congestion, dscp=dscp)
+                _print(args, {"bench": "transport", "system": "iperf3", "bw": args.bw, "dscp": dscp,
+                              "congestion": congestion, "goodput_bps": baseline})
+                # PS push/pull and the 2-rank ring load both directions at once, and so does this baseline:
+                # each direction's ACKs queue behind the other's data (BBR loses 5-12% at 100 Mbit/s)
+                both_ways = _iperf3(cluster, bidir=True, congestion=args.congestion, dscp=dscp)
+                _print(args, {"bench": "transport", "system": "iperf3-bidir", "bw": args.bw, "dscp": dscp,
+                              "congestion": congestion, "goodput_bps": both_ways})
+                baselines[dscp] = (baseline, both_ways)
+            baseline, both_ways = baselines[dscp]
             ps = run_roles(cluster, [
                 ("h1", role_argv("ps-server", "--index", 0, "--servers", 1, "--workers", 1, "--listen",
                                  f"0.0.0.0:{BASE_PORT}", "--sizes", size, "--policy", policy, *_common(args))),
@@ -85,6 +109,7 @@ def bench_transport(args) -> int:
             goodput = size * 8 / seconds          # push and pull overlap, one per direction
             _print(args, {"bench": "transport", "system": "ps", "policy": policy, "bw": args.bw,
                           "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
+                          "congestion": congestion, "baseline_dscp": dscp,
                           "ratio_vs_iperf3": goodput / baseline,
                           "ratio_vs_iperf3_bidir": goodput / both_ways})
             ring = run_roles(cluster, ring_placements(cluster, ["h1", "h2"], 2, "--sizes", size, "--iters",
@@ -93,6 +118,7 @@ def bench_transport(args) -> int:
             goodput = size * 8 / seconds          # 2 ranks: each direction carries the whole size
             _print(args, {"bench": "transport", "system": "allreduce", "policy": policy, "bw": args.bw,
                           "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
+                          "congestion": congestion, "baseline_dscp": dscp,
                           "ratio_vs_iperf3": goodput / baseline,
                           "ratio_vs_iperf3_bidir": goodput / both_ways})
     return 0
@@ -101,7 +127,8 @@ def bench_transport(args) -> int:
 def bench_allreduce(args) -> int:
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     hosts = [f"h{i + 1}" for i in range(args.workers)]
-    with _cluster(args.workers, args) as cluster:
+    with _cluster(args.workers, args, default_congestion=True) as cluster:
+        congestion = cluster.congestion_control(hosts[0])   # gloo's and geryon's flows alike
         for size in sizes:
             iters = args.iters if size < 50e6 else 1
             mine = run_roles(cluster, ring_placements(cluster, hosts, args.workers, "--sizes", size, "--iters",
@@ -112,7 +139,8 @@ def bench_allreduce(args) -> int:
             ours = max(r[-1]["seconds"] for r in mine)
             theirs = max(r[-1]["seconds"] for r in gloo)
             _print(args, {"bench": "allreduce", "workers": args.workers, "bw": args.bw, "size_bytes": size,
-                          "policy": args.policy, "seconds": ours, "gloo_seconds": theirs,
+                          "policy": args.policy, "congestion": congestion, "seconds": ours,
+                          "gloo_seconds": theirs,
                           "ratio_vs_gloo": ours / theirs})
     return 0
 
@@ -135,9 +163,14 @@ def bench_priority(args) -> int:
                                                           *common)))
                 records = run_roles(cluster, placements)
                 seconds[loaded] = records[-1][-1]["seconds"]
+                if loaded:
+                    bulk_seen = records[-1][-1]["bulk_bytes_seen"]
+                    if bulk_seen <= 0:
+                        raise TransportError(f"bench priority ({policy}): the worker received no bulk bytes, so "
+                                             "the loaded run measured nothing; check the servers' output")
             _print(args, {"bench": "priority", "policy": policy, "servers": servers, "bw": args.bw,
                           "burst_bytes": args.burst_bytes, "unloaded_seconds": seconds[False],
-                          "loaded_seconds": seconds[True],
+                          "loaded_seconds": seconds[True], "bulk_bytes_seen": bulk_seen,
                           "ratio_vs_unloaded": seconds[True] / seconds[False]})
     return 0
 

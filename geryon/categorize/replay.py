@@ -7,10 +7,10 @@ layer that has parameters, of the profiled size times `size_scale`, and runs an 
             (layer index, name, gradient tensor),
 where "compute" takes the profiled time times `time_scale`, measured against a deadline (sleep
 until `spin_margin` before it, 1 ms by default, then busy-wait), so work done inside the layer
-(filling the gradient) counts toward its time rather than adding to it. These are the same two points a real model exposes
-(a forward pre-hook per layer; a gradient hook per parameter), so a transport drives a replayed
-model and a real torch model the same way: block in the pull hook until the parameter arrived,
-send from the push hook. Scaling sizes by s with the bandwidth scaled by s keeps the same
+(filling the gradient) counts toward its time rather than adding to it. These are the same two
+points a real model exposes (a forward pre-hook per layer; a gradient hook per parameter), so a
+transport drives a replayed model and a real torch model the same way: block in the pull hook until
+the parameter arrived, send from the push hook. Scaling sizes by s with the bandwidth scaled by s keeps the same
 transfer times with less memory and CPU. Pure compute and timing: no sockets, no transport.
 """
 

@@ -223,8 +223,8 @@ def summarize_threshold_run(record: dict, png_name: str | None = None) -> str:
         lines += [f"![{title}]({png_name})", ""]
     lines += [f"- ranks: {describe_ranks(record)}; metric: {context.get('metric', 'position')}; "
               f"backend: {context.get('backend', 'training')}",
-              f"- probes: {len(record['probes'])} (budget {settings['budget']}, first round {settings['first_round']}, "
-              f"last {settings.get('confirm', 0)} re-measuring the best two), "
+              f"- probes: {len(record['probes'])} (budget {settings['budget']}, "
+              f"first round {settings['first_round']}, last {settings.get('confirm', 0)} re-measuring the best two), "
               f"{settings['iters_per_probe']} iterations each, {settings['warmup']} discarded as warm-up",
               f"- model: {method}" if method else "- model: none",
               f"- **chosen {noun}: {_label(chosen)}**"

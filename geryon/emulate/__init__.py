@@ -17,13 +17,10 @@ Modules, one job each:
         cluster.run("h1", ["ping", "-c1", cluster.host("h2").ip])
 
 Segmentation offload (GSO/TSO) stays on by default: TCP then hands 64 KB super-packets through the
-bridge and HTB schedules them whole. Measured on this 2-core machine (3 hosts, 100 Mbit/s, h1+h2 -> h3):
-TCP rate 95.4 Mbit/s either way (1448/1514 of the line); DSCP-high vs low flow 94.0/1.4 (bbr) and
-93.9/1.8 (cubic) with offload, 94.2/1.2 and 94.5/1.1 without; a 5 MB high burst 417-420 ms alone and
-420-429 ms against a low flow with offload, 420-421 / 425-429 ms without. Offload off costs CPU: one
-flow at 1 Gbit/s reached 940 Mbit/s with offload and only ~370 without. So offload stays on; pass
-`offload=False` (`--no-offload`) where a single high-priority packet must never wait behind a 64 KB
-low one (up to 5 ms at 100 Mbit/s): the veths are then created with gso_max_segs 1 (MTU packets).
+bridge and HTB schedules them whole; priority holds as well as without it (docs/measurements.md) at a
+fraction of the CPU. Pass `offload=False` (`--no-offload`) where a single high-priority packet must
+never wait behind a 64 KB low one (up to 5 ms at 100 Mbit/s): the veths are then created with
+gso_max_segs 1 (MTU packets).
 """
 
 from geryon.emulate.clean import clean

@@ -18,12 +18,12 @@ evenly and the burst is slowed down.
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable
 
+from geryon.childproc import ChildProcess
 from geryon.emulate import EmulatedCluster
 from geryon.emulate.traffic import traffic_argv
 from geryon.errors import ConfigError, EmulationError, PermissionNeeded
@@ -79,11 +79,10 @@ def _check_configuration(settings: dict, classes, cc: str, priority: bool, say: 
         h1, h2, h3 = (cluster.host(h) for h in ("h1", "h2", "h3"))
         port = cluster.switch_port(h3)
         sender = _TrafficProcesses(cluster, h3.ip, cc)
-        sink = sender.track(cluster.popen(h3, traffic_argv("sink", "--port", str(SINK_PORT)),
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         try:
-            if not sink.stdout.readline():
-                raise EmulationError(f"the traffic sink on h3 did not start: {sink.stderr.read().strip()}")
+            sink = sender.track(ChildProcess.start(traffic_argv("sink", "--port", str(SINK_PORT)), netns=h3.netns,
+                                                   name="the traffic sink on h3", error=EmulationError))
+            sink.next_line(timeout=30)  # it says so once it listens
             burst_args = ("--bytes", str(settings["burst_bytes"]), "--repeat", str(settings["burst_repeat"]))
 
             alone = sender.run(h1, "burst", high, *burst_args)
@@ -107,7 +106,7 @@ def _check_configuration(settings: dict, classes, cc: str, priority: bool, say: 
             background = sender.start(h2, "bulk", low, "--duration", "600", "--start-at", repr(start))
             contended = sender.run(h1, "burst", high, *burst_args,
                                    "--start-at", repr(start + LOW_FLOW_LEAD_S))
-            background.send_signal(signal.SIGTERM)
+            background.process.send_signal(signal.SIGTERM)
             traffic_result(background, 10)
             burst = _burst_result(alone, contended)
             burst["counters"] = _counter_delta(before, read_class_counters(port[1], netns=port[0]))
@@ -126,40 +125,34 @@ class _TrafficProcesses:
 
     def __init__(self, cluster, sink_ip: str, congestion: str):
         self.cluster, self.sink_ip, self.congestion = cluster, sink_ip, congestion
-        self.processes: list[subprocess.Popen] = []
+        self.processes: list[ChildProcess] = []
 
-    def track(self, process: subprocess.Popen) -> subprocess.Popen:
+    def track(self, process: ChildProcess) -> ChildProcess:
         self.processes.append(process)
         return process
 
     def stop_all(self) -> None:
         """Kill whatever still runs (the sink; senders too if a phase failed halfway)."""
         for process in self.processes:
-            if process.poll() is None:
-                process.kill()
-            process.communicate()
+            process.close()
 
-    def start(self, host, mode: str, dscp: int, *options: str) -> subprocess.Popen:
+    def start(self, host, mode: str, dscp: int, *options: str) -> ChildProcess:
         argv = traffic_argv(mode, self.sink_ip, "--port", str(SINK_PORT), "--dscp", str(dscp),
                             "--congestion", self.congestion, *options)
-        return self.track(self.cluster.popen(host, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                             text=True))
+        return self.track(ChildProcess.start(argv, netns=self.cluster.host(host).netns,
+                                             name=f"traffic sender {mode} on {self.cluster.host(host).name}",
+                                             error=EmulationError))
 
     def run(self, host, mode: str, dscp: int, *options: str, timeout: float = 120) -> dict:
         return traffic_result(self.start(host, mode, dscp, *options), timeout)
 
 
-def traffic_result(process: subprocess.Popen, timeout: float) -> dict:
-    """The last JSON line of a finished traffic process (text pipes); EmulationError if it failed."""
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        raise EmulationError(f"a traffic sender ran past {timeout} s: {process.args}") from None
-    if process.returncode != 0 or not out.strip():
-        raise EmulationError(f"traffic sender failed ({process.returncode}): {err.strip()}")
-    return json.loads(out.strip().splitlines()[-1])
+def traffic_result(process: ChildProcess, timeout: float) -> dict:
+    """The last JSON line of a finished traffic process; EmulationError if it failed or printed none."""
+    records = process.finish(timeout)
+    if not records:
+        raise EmulationError(f"{process.name} printed no result: {process.stderr_tail()}")
+    return records[-1]
 
 
 def _contention_result(high: dict, low: dict, rate: int) -> dict:

@@ -2,7 +2,8 @@
 
     geryon emulate up --name demo --hosts 3 --bw 100mbit [--classes high:46,low:0] [--no-priority]
                       [--topology star|leafspine] [--no-offload]
-                      # prints the cluster as JSON; it stays up
+                      [--sshd]   # prints the cluster as JSON; it stays up; --sshd: sshd everywhere
+                                 # plus an inventory for `geryon cluster`
     geryon emulate exec demo h1 -- iperf3 -c 10.199.0.2  # exit code passes through
     geryon emulate down demo
     geryon emulate list [--json]
@@ -38,9 +39,12 @@ def add_commands(commands, bench) -> None:
     up.add_argument("--topology", choices=TOPOLOGIES, default="star", help="star (default) or leafspine")
     up.add_argument("--uplink-fraction", type=float, default=None,
                     help="leafspine: uplink rate as a fraction of --bw (default: 2:1 oversubscribed)")
-    up.add_argument("--tcp-congestion", default=None, help="congestion control recorded for tools (bbr, cubic)")
+    up.add_argument("--tcp-congestion", default=None,
+                    help="every host's default TCP congestion control (bbr, cubic, ...)")
     up.add_argument("--no-offload", action="store_true",
                     help="turn segmentation offload off (MTU-sized packets in every queue; costs CPU)")
+    up.add_argument("--sshd", action="store_true",
+                    help="start a real sshd in every host and switch and write an inventory for `geryon cluster`")
     up.set_defaults(func=cmd_up)
 
     run = sub.add_parser("exec", help="run a command inside a host's namespace")
@@ -86,7 +90,15 @@ def cmd_up(args) -> int:
                               tcp_congestion=args.tcp_congestion, uplink_fraction=args.uplink_fraction,
                               offload=not args.no_offload)
     cluster.up()
-    print(json.dumps(cluster.describe(), indent=2))
+    description = cluster.describe()
+    if getattr(args, "sshd", False):
+        from geryon.emulate.sshd import start_cluster_sshd
+        try:
+            description["inventory"] = str(start_cluster_sshd(cluster))
+        except BaseException:
+            cluster.down()
+            raise
+    print(json.dumps(description, indent=2))
     return 0
 
 
@@ -109,6 +121,9 @@ def cmd_down(args) -> int:
     if not state.record_exists(args.name) and not fabric.list_netns(netns_prefix(args.name)):
         raise ConfigError(f"no emulated cluster named {args.name!r} is up; see `geryon emulate list`")
     report = clean(name=args.name)
+    import shutil
+    from geryon.emulate.sshd import access_dir
+    shutil.rmtree(access_dir(args.name), ignore_errors=True)  # keys and inventory of `up --sshd`
     print(f"removed {args.name}: {len(report.namespaces)} namespaces")
     return 0
 

@@ -47,6 +47,14 @@ def exec_argv(netns: str, argv: list[str]) -> list[str]:
     return ["nsenter", f"--net={fabric.NETNS_DIR}/{netns}", "--", *map(str, argv)]
 
 
+def _read_proc(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return "unknown"
+
+
 class EmulatedCluster:
     """N hosts in namespaces behind a switch; every link shaped at `bw` with priority queues."""
 
@@ -89,6 +97,7 @@ class EmulatedCluster:
             fabric.build_fabric(self.topology, offload=self.offload)
             self.timings["fabric_s"] = time.monotonic() - started
             self._install_queues()
+            self._set_congestion()
             self.timings["up_s"] = time.monotonic() - started
             self._up = True
             state.write_record(self.name, self.describe())
@@ -106,6 +115,30 @@ class EmulatedCluster:
                     install_priority_queues(end.dev, self.classes, rate=link.rate, netns=end.netns)
                 else:
                     install_shaping(end.dev, link.rate, netns=end.netns)
+
+    def _set_congestion(self) -> None:
+        """Every host's default TCP congestion control (a per-namespace sysctl), when one was asked for:
+        then every TCP sender in the cluster (iperf3, gloo, geryon flows without their own) uses it.
+
+        The kernel lets a namespace other than the host's default only to an algorithm in the host's
+        net.ipv4.tcp_allowed_congestion_control (reno, and here bbr); for any other this raises."""
+        if not self.tcp_congestion:
+            return
+        setting = f"net.ipv4.tcp_congestion_control={self.tcp_congestion}"
+        for host in self.hosts:
+            result = subprocess.run(exec_argv(host.netns, ["sysctl", "-q", "-w", setting]), capture_output=True,
+                                    text=True, timeout=30)
+            if result.returncode != 0:
+                allowed = _read_proc("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+                raise EmulationError(f"cannot make {self.tcp_congestion!r} the default TCP congestion control of "
+                                     f"{host.name} ({result.stderr.strip()}): a namespace may only default to "
+                                     f"one of the host's allowed ones ({allowed}); pick one of those, or allow it "
+                                     "on the host (sysctl net.ipv4.tcp_allowed_congestion_control)")
+
+    def congestion_control(self, host: str | Host) -> str:
+        """The TCP congestion control a host's sockets get by default."""
+        return self.run(host, ["sysctl", "-n", "net.ipv4.tcp_congestion_control"], timeout=30,
+                        capture_output=True, text=True).stdout.strip()
 
     def down(self) -> None:
         """Remove every namespace of this cluster (and the processes in them) and its record.

@@ -9,6 +9,7 @@ Usage
                             [--emulate [--bw RATE] [--topology star|leafspine]] [--local]
                             [--hostfile FILE [--known-hosts FILE]]
                             [--timeline FILE] [--timeout S] [--grace S]
+                            [--ps-optimizer auto|server|worker]
                             SCRIPT [ARGS...]
 
 It feels like torchrun: the script is started once per worker, and sees the usual variables. Inside
@@ -42,7 +43,8 @@ Environment
 -----------
 Every flag has a twin, read when the flag is absent: GERYON_MODE, GERYON_WORKERS, GERYON_SERVERS,
 GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_EMULATE, GERYON_BW, GERYON_TOPOLOGY,
-GERYON_LOCAL, GERYON_HOSTFILE, GERYON_KNOWN_HOSTS, GERYON_TIMELINE, GERYON_TIMEOUT, GERYON_GRACE.
+GERYON_LOCAL, GERYON_HOSTFILE, GERYON_KNOWN_HOSTS, GERYON_TIMELINE, GERYON_TIMEOUT, GERYON_GRACE,
+GERYON_PS_OPTIMIZER.
 
 Ranks see RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (a TCPStore
 the launcher hosts; TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun), and GERYON_ROLE,
@@ -88,6 +90,35 @@ ParameterServer and the workers' optimizer step pushes and pulls (geryon.runtime
 classes come from the model's urgency ranking on its first forward call (geryon.runtime.priorities).
 --timeline FILE: every rank writes FILE.<rank>.part.json at exit and the launcher merges the parts
 into FILE when the job ends (on SSH hosts only parts on a shared filesystem can be merged).
+
+The optimizer in ps mode (--ps-optimizer; details in docs/ps-optimizers.md)
+---------------------------------------------------------------------------
+PS training follows one process on the concatenated batch, whatever the optimizer:
+  server   (auto for SGD, Adam, AdamW, Adamax, NAdam, RAdam, RMSprop, Adagrad, Adadelta, Rprop, ASGD
+           -- the exact torch.optim classes, whose update is elementwise) every server runs the
+           user's own torch.optim class over its slices, one group per parameter group with every
+           hyper-parameter; the optimizer travels as JSON (class name from that allow-list, group
+           settings), never pickled. Each step() sends the groups' current numbers, so
+           lr_scheduler, warm-up and manual edits apply at the next update; the returned optimizer
+           is a torch.optim.Optimizer sharing the user's param_groups (schedulers made before or
+           after distribute() work, without warnings). state_dict() gathers the state from the
+           servers in torch's format; load_state_dict() (on every worker, as with DDP) sends it
+           and the model's current parameters back; so does model.load_state_dict().
+  worker   (auto for anything else: LAMB, LARS, Adafactor, subclasses, tensor hyper-parameters)
+           the servers average gradients, .grad holds the average when backward returns, and
+           every worker runs the user's optimizer itself (as BytePS does).
+  The choice is printed by worker 0; --ps-optimizer server|worker (GERYON_PS_OPTIMIZER) forces it.
+  Clipping: geryon.clip_grad_norm_(optimizer, max_norm) (or optimizer.clip_grad_norm_(max_norm)
+  when the servers step) clips by the norm of the averaged gradient over all parameters, as one
+  process: the servers compute it from their averaged slices (partial sums shared through the
+  store) before updating. With the workers stepping, torch.nn.utils.clip_grad_norm_ itself is exact.
+  torch's clip_grad_norm_ (or any edit of .grad after backward) while the servers step would be
+  lost, so step() stops with an error saying what to use.
+  Buffers (BatchNorm statistics) follow DDP: worker 0's are broadcast before every training forward;
+  SyncBatchNorm works unchanged. Refused before the first step, with what to do: LBFGS,
+  SparseAdam, --ps-optimizer server for an optimizer the servers cannot run, new parameter groups
+  or changed non-numeric settings after the first forward, an optimizer over tensors the model does
+  not have, --priority search with the workers stepping.
 
 Output and failures
 -------------------

@@ -30,8 +30,10 @@ ENV_TWINS = {
     "mode": ev.MODE, "workers": ev.WORKERS, "servers": ev.SERVERS, "policy": ev.POLICY,
     "priority": ev.PRIORITY, "classes": ev.CLASSES, "emulate": ev.EMULATE, "bw": ev.BW,
     "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
-    "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "max_classes": ev.MAX_CLASSES,
+    "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
+    "max_classes": ev.MAX_CLASSES,
 }
+PS_OPTIMIZER_MODES = ("auto", "server", "worker")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -57,6 +59,7 @@ class LaunchConfig:
     timeline: str | None = None                  # absolute path of the Chrome trace to write
     timeout: float | None = None                 # seconds; the job is stopped after it
     grace: float = DEFAULT_GRACE_S               # seconds between SIGTERM and SIGKILL when stopping ranks
+    ps_optimizer: str = "auto"                   # ps mode: who runs the optimizer (auto | server | worker)
     job_id: str = field(default_factory=lambda: "j" + secrets.token_hex(3)[:5])  # also the cluster name
     secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
 
@@ -112,6 +115,10 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
     parser.add_argument("--grace", default=twin("grace"), metavar="S",
                         help=f"seconds between SIGTERM and SIGKILL when stopping ranks "
                              f"(default {DEFAULT_GRACE_S:g}; {ev.GRACE})")
+    parser.add_argument("--ps-optimizer", default=twin("ps_optimizer"), metavar="auto|server|worker",
+                        help="ps mode: the servers run the optimizer (elementwise torch.optim classes) or "
+                             "average gradients for the workers to step (default auto: the servers when "
+                             f"they can; {ev.PS_OPTIMIZER})")
     parser.add_argument("script", metavar="SCRIPT", help="the training script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                         help="arguments for the script")
@@ -158,6 +165,10 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         raise ConfigError(f"--servers {servers} applies to --mode ps only; allreduce has no servers")
     else:
         servers = 0
+    ps_optimizer = getattr(args, "ps_optimizer", None)
+    if ps_optimizer and mode != "ps":
+        raise ConfigError(f"--ps-optimizer {ps_optimizer} applies to --mode ps only")
+    ps_optimizer = _choice(ps_optimizer or "auto", PS_OPTIMIZER_MODES, "--ps-optimizer")
     workers = _count(args.workers, "--workers", minimum=1)
     if workers is None:
         workers = sum(h.slots for h in hosts) if hosts else DEFAULT_WORKERS
@@ -191,7 +202,7 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         servers=servers, policy=policy, priority=priority, classes=classes, max_classes=max_classes,
         backend=backend, bw=bw,
         topology=topology, hosts=hosts, known_hosts=known_hosts, timeline=timeline, timeout=timeout,
-        grace=DEFAULT_GRACE_S if grace is None else grace)
+        grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer)
 
 
 def _search_classes(priority: str, classes: str | None, max_classes: int) -> str:

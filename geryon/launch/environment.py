@@ -50,6 +50,7 @@ def job_environment(config: LaunchConfig, spec: RankSpec, master_addr: str, mast
         ev.BACKEND: config.backend,
         ev.TIMELINE: config.timeline or "",
         ev.STORE_PREFIX: ev.DEFAULT_STORE_PREFIX,
+        ev.PS_OPTIMIZER: config.ps_optimizer,
         "WORLD_SIZE": str(config.workers),
     }
     if config.max_classes:

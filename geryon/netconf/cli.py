@@ -6,10 +6,13 @@
   geryon netconf stats --dev eth0 --netns gyrun-sw [--json]
   geryon netconf verify --netns gyrun-h2 --iface eth0 --duration 5 [--filter "tcp port 5201"] [--json]
   geryon netconf capabilities [--json]
+  geryon netconf render --profile two-class --target sonic --ports Ethernet0 [--format yang]
+  geryon netconf apply --profile two-class --target linux@10.0.0.5 [--dry-run]   # see qos_cli.py
 """
 
 import json
 
+from geryon.netconf import qos_cli
 from geryon.netconf.apply import install_priority_queues, install_shaping, remove_queues
 from geryon.netconf.capabilities import detect_capabilities
 from geryon.netconf.classes import format_classes
@@ -30,9 +33,13 @@ def add_commands(commands, bench) -> None:
     show.add_argument("--json", action="store_true", help="print the plan as JSON")
     show.set_defaults(func=_show)
 
-    apply = sub.add_parser("apply", help="program priority queues on an interface (replaces what is there)")
-    _add_plan_options(apply, dev_required=True)
-    apply.set_defaults(func=_apply)
+    apply = sub.add_parser("apply", help="program priority queues on an interface, or a QoS profile on a target")
+    _add_plan_options(apply, dev_required=False)
+    qos_cli.add_apply_options(apply)
+    apply.set_defaults(func=_apply, dev=None)  # no default device: never the machine's own eth0 by accident
+
+    qos_cli.add_render(sub)
+    qos_cli.add_restore(sub)
 
     remove = sub.add_parser("remove", help="delete an interface's root qdisc (back to the kernel default)")
     _add_device_options(remove)
@@ -123,6 +130,9 @@ def _show(args) -> int:
 
 
 def _apply(args) -> int:
+    if args.target:
+        return qos_cli.cmd_apply_profile(args)
+    qos_cli.require_dev(args)
     if args.shaping_only:
         plan = install_shaping(args.dev, args.rate or _missing_rate(), args.netns)
     else:

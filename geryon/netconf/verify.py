@@ -12,19 +12,16 @@ Bytes are Ethernet header plus IP length; with GSO on (the veth default) the cap
 super-packets, so compare flows by bytes, not packets.
 """
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
+from geryon.childproc import ChildProcess
 from geryon.errors import InterfaceNotFound, NetconfError, PermissionNeeded
 from geryon.netconf.state import netns_inode
 
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @dataclass(frozen=True)
@@ -81,6 +78,7 @@ class DscpSniffer:
     duration: float | None = None  # stop by itself after this many seconds
     ready_timeout: float = 30.0
     _process: subprocess.Popen | None = field(default=None, init=False, repr=False)
+    _child: ChildProcess | None = field(default=None, init=False, repr=False)
     _result: SniffResult | None = field(default=None, init=False, repr=False)
 
     def start(self) -> "DscpSniffer":
@@ -97,22 +95,20 @@ class DscpSniffer:
             argv += ["--duration", str(self.duration)]
         if self.netns:
             argv = ["ip", "netns", "exec", self.netns, *argv]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_PACKAGE_ROOT,
-                                                                         os.environ.get("PYTHONPATH")])))
-        self._process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                         env=env)
+        self._child = ChildProcess.start(argv, name=f"sniffer on {self.iface!r}", error=NetconfError)
+        self._process = self._child.process
         self._wait_ready()
         return self
 
     def _wait_ready(self) -> None:
-        line: list[str] = []
-        reader = threading.Thread(target=lambda: line.append(self._process.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(self.ready_timeout)
-        if line and line[0].strip() == "READY":
-            return
-        self._kill()
-        raise NetconfError(f"sniffer on {self.iface!r} did not start: {self._stderr() or 'timed out'}")
+        try:
+            line = self._child.next_line(self.ready_timeout)
+        except NetconfError as exc:
+            self._child.close()
+            raise NetconfError(f"sniffer on {self.iface!r} did not start: {exc}") from None
+        if line.strip() != "READY":
+            self._child.close()
+            raise NetconfError(f"sniffer on {self.iface!r} did not start: {self._child.stderr_tail()}")
 
     def stop(self, timeout: float = 30.0) -> SniffResult:
         """Stop capturing (if still running) and return the result."""
@@ -143,30 +139,21 @@ class DscpSniffer:
 
     def _collect(self, timeout: float) -> SniffResult:
         try:
-            out, err = self._process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self._kill()
-            raise NetconfError(f"sniffer on {self.iface!r} did not stop within {timeout} s") from None
-        if self._process.returncode != 0 or not out.strip():
-            raise NetconfError(f"sniffer on {self.iface!r} failed: {err.strip() or self._process.returncode}")
-        record = json.loads(out.strip().splitlines()[-1])
+            records = self._child.finish(timeout)
+        finally:
+            self._child.close()
+        if not records:
+            raise NetconfError(f"sniffer on {self.iface!r} failed: {self._child.stderr_tail()}")
+        record = records[-1]
         self._result = SniffResult(
             iface=self.iface, netns=self.netns, duration_s=record["duration_s"],
             marks=tuple(MarkCount(**mark) for mark in record["marks"]),
             other_packets=record["other_packets"], bpf_filter=self.bpf_filter)
         return self._result
 
-    def _stderr(self) -> str:
-        try:
-            return (self._process.stderr.read() or "").strip()
-        except (OSError, ValueError):
-            return ""
-
     def _kill(self) -> None:
-        if self._process and self._process.poll() is None:
-            self._process.kill()
-        if self._process:
-            self._process.wait()
+        if self._child is not None:
+            self._child.close()
 
     def __enter__(self) -> "DscpSniffer":
         return self.start()

@@ -13,10 +13,16 @@ union of their batches:
   allreduce  the model is wrapped in DistributedDataParallel (users keep DDP; an already wrapped
              model is kept); under geryon.launch its buckets travel over geryon's priority flows
              (geryon.runtime.ddp_sync), elsewhere over gloo.
-  ps         under geryon.launch the model gets per-layer forward pre-hooks that wait only for their
-             own parameters, and the optimizer is replaced by a stand-in whose step() pushes
-             gradients to the parameter servers and pulls the new parameters (geryon.runtime.ps_sync;
-             the servers run the same SGD, so it must be torch.optim.SGD). Without servers (plain
+  ps         under geryon.launch, an elementwise torch.optim optimizer (SGD, Adam, AdamW, RMSprop,
+             Adagrad, ...) runs on the parameter servers: the model gets per-layer forward
+             pre-hooks that wait only for their own parameters, and the optimizer is replaced by a
+             torch.optim.Optimizer stand-in whose step() pushes gradients and the groups' current
+             settings and pulls the new parameters (geryon.runtime.ps_sync, ps_optimizer); any other
+             optimizer runs on the workers, the servers averaging gradients into .grad at the end
+             of backward (geryon.runtime.ps_worker_step). GERYON_PS_OPTIMIZER (--ps-optimizer)
+             forces one side. Buffers are broadcast from worker 0 before each training forward
+             (DDP's convention). Clip with geryon.clip_grad_norm_(optimizer, max_norm), which is
+             torch's own everywhere except where the servers step. Without servers (plain
              torchrun, Slurm) gradients are averaged with gloo before the user's own step
              (`GradientAverageSync`), the same update a synchronous parameter server computes.
 A job of one worker has nothing to synchronise and trains locally (a ps job's servers stay idle).
@@ -90,9 +96,7 @@ def _synchronised(model, optimizer, job: RankEnv, timeline):
     transport = job.has_transport
     if job.mode == "ps":
         if transport and job.servers > 0:
-            from geryon.runtime.ps_sync import ParameterServerSync
-
-            return model, ParameterServerSync(model, optimizer, job, timeline).attach()
+            return model, _parameter_servers(model, optimizer, job, timeline)
         GradientAverageSync(model, optimizer, job).attach()
         return model, optimizer
     from torch.nn.parallel import DistributedDataParallel
@@ -105,23 +109,64 @@ def _synchronised(model, optimizer, job: RankEnv, timeline):
     return ddp, optimizer
 
 
+def _parameter_servers(model, optimizer, job: RankEnv, timeline):
+    """Hook `model` for PS training; the optimizer to train with (the stand-in, or the user's own)."""
+    from geryon.runtime.ps_optimizer import choose_update, describe_choice
+
+    mode, spec, why = choose_update(optimizer, list(model.parameters()), job.ps_optimizer)
+    if job.is_main:
+        print(describe_choice(optimizer, mode, why, job.servers), flush=True)
+    if mode == "server":
+        from geryon.runtime.ps_sync import ParameterServerSync
+
+        return ParameterServerSync(model, optimizer, job, timeline, spec=spec).attach()
+    from geryon.runtime.ps_worker_step import WorkerStepSync
+
+    return WorkerStepSync(model, optimizer, job, timeline).attach()
+
+
+def clip_grad_norm_(optimizer, max_norm: float, norm_type: float = 2.0):
+    """Clip the gradients by the global norm of the averaged gradient, whatever the mode.
+
+    torch.nn.utils.clip_grad_norm_ over the optimizer's parameters (returning the norm), except in
+    --mode ps with the servers stepping, where the servers clip the averaged gradient (returns None).
+    """
+    from geryon.runtime.ps_optimizer import clip_grad_norm_ as clip
+
+    return clip(optimizer, max_norm, norm_type)
+
+
 class GradientAverageSync:
     """PS mode without geryon's transport (no job secret or no servers: torchrun, Slurm).
 
-    Before each optimizer step the gradients are averaged across workers with one flat gloo
-    all_reduce: the same update a synchronous parameter server computes.
+    When backward ends, the gradients are averaged across workers with one flat gloo all_reduce:
+    the same update a synchronous parameter server computes, and .grad holds the average before
+    the user clips or steps (so torch.nn.utils.clip_grad_norm_ clips by the global norm).
     """
 
     def __init__(self, model, optimizer, job: RankEnv):
         self.model, self.optimizer, self.job = model, optimizer, job
+        self._queued = False
 
     def attach(self) -> None:
-        """Start every worker from rank 0's parameters and hook the optimizer's step."""
+        """Start every worker from rank 0's parameters and hook the end of every backward pass."""
         import torch.distributed as dist
 
         for tensor in list(self.model.parameters()) + list(self.model.buffers()):
             dist.broadcast(tensor.data, src=0)
-        self.optimizer.register_step_pre_hook(lambda optimizer, args, kwargs: self.average_gradients())
+        for param in self.model.parameters():
+            param.register_post_accumulate_grad_hook(self._gradient_ready)
+
+    def _gradient_ready(self, param) -> None:
+        if not self._queued:
+            import torch
+
+            self._queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+
+    def _backward_done(self) -> None:
+        self._queued = False
+        self.average_gradients()
 
     def average_gradients(self) -> None:
         """Average the gradients of all workers in place (one flat all_reduce)."""

@@ -15,6 +15,7 @@ from geryon.errors import ConfigError
 
 SLURM_DEFAULT_PORT_BASE = 20000
 MODES = ("allreduce", "ps")
+PS_OPTIMIZER_MODES = ("auto", "server", "worker")
 
 _current: "RankEnv | None" = None
 
@@ -46,6 +47,7 @@ class RankEnv:
     backend: str | None = None
     iface: str | None = None
     store_prefix: str = ev.DEFAULT_STORE_PREFIX
+    ps_optimizer: str = "auto"              # ps mode: who runs the optimizer (auto | server | worker)
     # inherited from the launcher's environment
     transport_timeout: float = ev.DEFAULT_TRANSPORT_TIMEOUT_S
     search: tuple[tuple[str, str], ...] = ()   # (GERYON_SEARCH_* variable, text) of the ones set
@@ -91,6 +93,7 @@ class RankEnv:
             "backend": env.get(ev.BACKEND) or None,
             "iface": env.get(ev.IFACE) or None,
             "store_prefix": env.get(ev.STORE_PREFIX) or ev.DEFAULT_STORE_PREFIX,
+            "ps_optimizer": env.get(ev.PS_OPTIMIZER) or "auto",
             "transport_timeout": _transport_timeout(env.get(ev.TRANSPORT_TIMEOUT) or ""),
             "search": tuple((name, env[name].strip()) for name in ev.SEARCH_VARIABLES
                             if (env.get(name) or "").strip()),
@@ -98,6 +101,9 @@ class RankEnv:
         }
         if job["mode"] not in MODES:
             raise ConfigError(f"{ev.MODE}={job['mode']!r}: use allreduce or ps")
+        if job["ps_optimizer"] not in PS_OPTIMIZER_MODES:
+            raise ConfigError(f"{ev.PS_OPTIMIZER}={job['ps_optimizer']!r}: use "
+                              f"{', '.join(PS_OPTIMIZER_MODES)}")
         if "RANK" in env and "WORLD_SIZE" in env:
             world = _int(env, "WORLD_SIZE")
             return cls(rank=_int(env, "RANK"), world_size=world, local_rank=_int(env, "LOCAL_RANK", 0),

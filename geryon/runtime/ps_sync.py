@@ -1,15 +1,23 @@
 """PS mode inside a worker: the optimizer step becomes push gradients / pull parameters.
 
-`ParameterServerSync.attach()` returns a `PSOptimizer` that stands in for the user's optimizer.
+`ParameterServerSync.attach()` returns a `PSOptimizer` (geryon.runtime.ps_optimizer) that stands in
+for the user's optimizer when the servers run it (an elementwise torch.optim class; otherwise the
+workers step, geryon.runtime.ps_worker_step).
 Each gradient is pushed to the parameter servers as soon as backward has produced it (a
 post-accumulate-grad hook; geryon.transport's PSWorker sends each slice on its priority class's
 flow), so pushing overlaps the rest of backward, as in DDP; `step()` pushes what backward did not
 touch and asks for the next parameters; nothing is updated locally. As with DDP, every backward
 pass communicates: call step() after each one (no gradient accumulation over several passes).
-The servers run the same `torch.optim.SGD` (lr, momentum, dampening, weight decay, nesterov taken
-from the user's optimizer) on the mean gradient, so W workers follow the curve of one process on
-the union of their batches. The servers take the SGD settings once, at the first forward call:
-a learning-rate schedule applied to the worker's optimizer later does not reach them.
+The servers run the user's torch.optim class with its parameter groups (geryon.transport.ps_optim)
+on the mean gradient, so W workers follow the curve of one process on the union of their batches.
+Each step() also sends a STEP frame: the groups' numeric hyper-parameters as they are at that
+moment (so schedulers, warm-up and manual edits apply at the next update, exactly as in one
+process), a clipping request (PSOptimizer.clip_grad_norm_), and which tensors had a gradient (a
+tensor without one on every worker is left alone, as torch.optim does). Gradients travel as
+backward produces them, so a change to .grad between backward and step() (clip_grad_norm_ from
+torch.nn.utils, a manual edit) cannot reach the servers: step() detects it and stops with an error
+instead of training differently. Buffers (BatchNorm statistics) are broadcast from worker 0 before
+every training forward, as DDP does (geryon.runtime.ps_buffers).
 
 The overlap that priority is for: every module gets a forward pre-hook that waits only for its own
 parameters (`PSWorker.wait_param`), so layer 1 computes while later layers' parameters still
@@ -19,7 +27,8 @@ Setup happens on the model's first forward call (a pre-hook on the model), becau
 ranking needs a sample input: rank parameters (geryon.runtime.priorities), check every worker has
 the same class assignment, then worker 0 publishes the servers' starting point in the job's store
 under `<prefix>ps/spec` -- the initial parameter values (torch.save bytes), the (class, urgency) of
-each tensor and the SGD settings, in chunks the store accepts (geryon.runtime.store_blobs) -- and every worker reads the servers' addresses
+each tensor, the optimizer spec (JSON) and any optimizer state already loaded, in chunks the store
+accepts (geryon.runtime.store_blobs) -- and every worker reads the servers' addresses
 (`<prefix>ps/server/<j>`), connects, and pulls version 0, so all workers start from worker 0's
 values whatever their own initialisation was.
 
@@ -30,7 +39,7 @@ applied, every parameter holds the new version), worker 0 publishes the new (cla
 tensor under `<prefix>ps/switch/<n>` (every worker waits for it, so no server sees its workers
 leave before the switch is announced), every worker leaves the servers, and joins them again at
 `<prefix>ps/switch/<n>/server/<j>` with the new classes and the same iteration count. The servers
-(geryon.runtime.server) rebuild their flows and shards from their current values, momentum and
+(geryon.runtime.server) rebuild their flows and shards from their current values, optimizer state and
 version, so no update is lost or applied twice.
 """
 
@@ -43,11 +52,11 @@ import time
 from geryon.errors import ConfigError
 from geryon.runtime import jobtransport
 from geryon.runtime.priorities import decide_priorities, search_plan, tensor_priorities
+from geryon.runtime.ps_buffers import BufferBroadcast
 from geryon.runtime.store_blobs import put_blob
 
 log = logging.getLogger(__name__)
 
-SGD_KEYS = ("lr", "momentum", "dampening", "weight_decay", "nesterov")
 SPEC_KEY = "ps/spec"
 SERVER_KEY = "ps/server/{index}"
 SWITCH_KEY = "ps/switch/{switch}"
@@ -69,72 +78,46 @@ def decode_priorities(data: bytes) -> list[tuple[int, int]]:
     return [tuple(p) for p in json.loads(data)]
 
 
-def sgd_settings(optimizer, params) -> dict:
-    """The SGD keywords of `optimizer`, checked to be something the servers can run."""
-    import torch
+def encode_spec(values, priorities, optimizer_spec, states=None) -> bytes:
+    """The servers' starting point: values, (class, urgency) per tensor, optimizer spec, state.
 
-    if type(optimizer) is not torch.optim.SGD:
-        raise ConfigError(f"--mode ps runs the optimizer on the parameter servers, which run "
-                          f"torch.optim.SGD; this script uses {type(optimizer).__name__} "
-                          "(use SGD, or --mode allreduce)")
-    if len(optimizer.param_groups) != 1:
-        raise ConfigError("--mode ps supports an SGD optimizer with one parameter group "
-                          f"(this one has {len(optimizer.param_groups)})")
-    group = optimizer.param_groups[0]
-    if [id(p) for p in group["params"]] != [id(p) for p in params]:
-        raise ConfigError("--mode ps: the optimizer must hold exactly model.parameters(), in order")
-    if group.get("maximize"):
-        raise ConfigError("--mode ps: SGD(maximize=True) is not supported")
-    return {key: group[key] for key in SGD_KEYS}
-
-
-def encode_spec(values, priorities, sgd: dict) -> bytes:
+    `optimizer_spec` is an OptimizerSpec, stored as its JSON text; `states` (per tensor a dict of
+    optimizer state, or None) only holds tensors and numbers. Read back with weights_only=True.
+    """
     import torch
 
     buffer = io.BytesIO()
-    torch.save({"values": [v.detach().clone() for v in values], "priorities": priorities, "sgd": sgd},
-               buffer)
+    torch.save({"values": [v.detach().clone() for v in values], "priorities": priorities,
+                "optimizer": optimizer_spec.to_json(), "states": states}, buffer)
     return buffer.getvalue()
 
 
 def decode_spec(data: bytes) -> dict:
     import torch
 
-    return torch.load(io.BytesIO(data), weights_only=True)
+    from geryon.transport.ps_optim import OptimizerSpec
 
-
-class PSOptimizer:
-    """Stands in for the user's optimizer in PS mode: `step()` pushes and pulls, nothing local."""
-
-    def __init__(self, optimizer, sync: "ParameterServerSync"):
-        self.optimizer, self.sync = optimizer, sync
-
-    def step(self, closure=None):
-        loss = closure() if closure is not None else None
-        self.sync.push_pull()
-        return loss
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    def synchronize(self) -> None:
-        """Wait until every parameter holds the servers' latest version (e.g. before saving)."""
-        self.sync.wait_all()
-
-    def __getattr__(self, name):
-        return getattr(self.optimizer, name)
+    spec = torch.load(io.BytesIO(data), weights_only=True)
+    spec["optimizer"] = OptimizerSpec.from_json(spec["optimizer"])
+    return spec
 
 
 class ParameterServerSync:
     """A worker's side of PS training: setup on first forward, per-layer waits, push/pull steps."""
 
-    def __init__(self, model, optimizer, job, timeline=None):
+    def __init__(self, model, optimizer, job, timeline=None, spec=None):
+        from geryon.transport.ps_optim import describe_optimizer
+
         self.model, self.optimizer, self.job, self.timeline = model, optimizer, job, timeline
         self.params = list(model.parameters())
         for param in self.params:
             if param.device.type != "cpu" or not param.is_contiguous():
                 raise ConfigError("--mode ps needs contiguous CPU parameters")
-        self.sgd = sgd_settings(optimizer, self.params)
+        self.spec = spec or describe_optimizer(optimizer, self.params)
+        self.clip = None           # (max_norm, norm_type) asked for this step
+        self.present = [False] * len(self.params)   # tensors with a gradient in this iteration
+        self.buffers = BufferBroadcast(model)
+        self.checkpoints = None    # geryon.runtime.ps_checkpoint.Checkpoints, once joined
         self.worker = None
         self.grad_buffers = None
         self.pushed: set[int] = set()  # tensors pushed in this iteration
@@ -144,9 +127,18 @@ class ParameterServerSync:
         self.store = None
         self.prefix = job.store_prefix
 
-    def attach(self) -> PSOptimizer:
+    def attach(self):
         """Hook the model (setup on first forward, per-layer waits); return the optimizer stand-in."""
+        from geryon.runtime.ps_optimizer import PSOptimizer
+
         self.model.register_forward_pre_hook(self._first_forward, with_kwargs=True, prepend=True)
+        self.model.register_forward_pre_hook(lambda module, args: self.buffers.before_forward(), prepend=True)
+        # a pull still under way would overwrite what model.load_state_dict() writes
+        self.model.register_load_state_dict_pre_hook(lambda *args: self.wait_all())
+        self.model.register_load_state_dict_post_hook(self._model_loaded)
+        # model.state_dict() right after step() would otherwise hold the previous parameters
+        self.model.register_state_dict_pre_hook(lambda *args: self.wait_all())
+        self.optimizer.register_step_pre_hook(_replaced)
         index = {id(p): i for i, p in enumerate(self.params)}
         for name, module in self.model.named_modules():
             mine = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
@@ -156,6 +148,11 @@ class ParameterServerSync:
             param.register_post_accumulate_grad_hook(self._gradient_ready(tensor))
         atexit.register(self.close)
         return PSOptimizer(self.optimizer, self)
+
+    def _model_loaded(self, module, incompatible_keys) -> None:
+        """model.load_state_dict() after setup: the servers take the loaded values (every worker)."""
+        if self.worker is not None and self.checkpoints is not None and not self.checkpoints.loading:
+            self.checkpoints.load(self.worker, state=False)
 
     # -- setup --------------------------------------------------------------------------------
     def _first_forward(self, module, args, kwargs):
@@ -182,12 +179,19 @@ class ParameterServerSync:
             assignment, priorities, how = decide_priorities(
                 self.model, args, kwargs, job.priority, config.classes, store, self.prefix, job.rank,
                 job.world_size)
+        from geryon.runtime.ps_checkpoint import Checkpoints, current_states
+        from geryon.transport.ps_optim import describe_optimizer
+
+        self.spec = describe_optimizer(self.optimizer, self.params)  # settings made since distribute()
+        states = current_states(self.optimizer, self.params)  # state loaded before training
+        self.optimizer.state.clear()
         if job.is_main:
-            put_blob(store, self.prefix + SPEC_KEY, encode_spec(self.params, priorities, self.sgd))
+            put_blob(store, self.prefix + SPEC_KEY, encode_spec(self.params, priorities, self.spec, states))
             log.info("geryon: %s classes by %s: %s bytes per class", assignment.method, how,
                      assignment.bytes_per_class())
         self.worker = self._join_servers(priorities, switch=0)
         self.worker.pull(0)  # everyone starts from the servers' (worker 0's) values
+        self.checkpoints = Checkpoints(self.optimizer, self.params, store, self.prefix, job.rank)
 
     def _join_servers(self, priorities, switch: int):
         from geryon.transport import PSWorker
@@ -247,6 +251,7 @@ class ParameterServerSync:
             buffer.copy_(param.grad)  # a copy: the push is asynchronous, .grad may change
             self.worker.push_tensor(tensor, buffer)
             self.pushed.add(tensor)
+            self.present[tensor] = True
 
         return push
 
@@ -257,12 +262,25 @@ class ParameterServerSync:
             self.grad_buffers = [torch.zeros_like(p) for p in self.params]
         return self.grad_buffers[tensor]
 
+    def request_clip(self, max_norm: float, norm_type: float) -> None:
+        import math
+
+        if not (max_norm >= 0 and (norm_type > 0 or math.isinf(norm_type))):
+            raise ConfigError(f"clip_grad_norm_({max_norm}, norm_type={norm_type}): max_norm must be "
+                              ">= 0 and norm_type positive or inf")
+        self.clip = (max_norm, norm_type)
+
     def push_pull(self) -> None:
-        """Push what backward did not (unused parameters: zeros), then ask for the new parameters."""
+        """Push what backward did not (unused parameters: zeros), send the step's settings, pull."""
+        import torch
+
+        from geryon.transport.ps_optim import check_groups, hyper_vector
+
         if self.worker is None:
             raise ConfigError("optimizer.step() before the model's first forward pass")
         if not self.pushed:
             self.worker.wait_all()
+        self._check_unchanged()
         for tensor, param in enumerate(self.params):
             if tensor in self.pushed:
                 continue
@@ -271,14 +289,54 @@ class ParameterServerSync:
                 buffer.zero_()
             else:
                 buffer.copy_(param.grad)
+                self.present[tensor] = True
             self.worker.push_tensor(tensor, buffer)
+        groups = check_groups(self.optimizer.param_groups, self.spec)
+        clip = (1.0, *self.clip) if self.clip is not None else (0.0, 0.0, 0.0)
+        vector = torch.tensor([*clip, *hyper_vector(groups, self.spec),
+                               *(1.0 if p else 0.0 for p in self.present)], dtype=torch.float64)
+        self.worker.send_step(vector)
         self.pushed.clear()
+        self.clip = None
+        self.present = [False] * len(self.params)
         self.worker.iteration += 1
         self.worker.pull(self.worker.iteration)
         if self.search is not None:
             switched = self.search.iteration_done()
             if switched is not None:
                 self._switch_classes(switched, self.search.switch_count)
+
+    def _check_unchanged(self) -> None:
+        """Gradients already sent must not have changed since (they would not reach the servers)."""
+        import torch
+
+        for tensor in self.pushed:
+            grad = self.params[tensor].grad
+            if grad is None or not torch.equal(grad, self.grad_buffers[tensor]):
+                raise ConfigError(
+                    "a gradient changed between backward and optimizer.step() (torch.nn.utils."
+                    "clip_grad_norm_, or an edit of .grad?): in --mode ps gradients go to the servers "
+                    "as backward produces them, so the change would be lost. Clip with "
+                    "optimizer.clip_grad_norm_(max_norm) or geryon.clip_grad_norm_(optimizer, "
+                    "max_norm) (the servers clip the averaged gradient by its global norm), or let "
+                    "the workers step (--ps-optimizer worker), where .grad holds the averaged "
+                    "gradient after backward")
+
+    def state_dict(self) -> dict:
+        """The optimizer's state_dict, its state gathered from the servers (torch's format)."""
+        if self.worker is None or self.checkpoints is None:
+            return self.optimizer.state_dict()
+        return self.checkpoints.state_dict(self.worker)
+
+    def load_state_dict(self, state_dict) -> None:
+        """Load settings here and state (and the model's current values) onto the servers.
+
+        Call it on every worker, as with DDP; before the first forward pass it only loads locally
+        and the state travels with the servers' starting point.
+        """
+        self.optimizer.load_state_dict(state_dict)
+        if self.worker is not None and self.checkpoints is not None:
+            self.checkpoints.load(self.worker, state=True)
 
     def wait_all(self) -> None:
         if self.worker is not None:
@@ -294,3 +352,8 @@ class ParameterServerSync:
         except Exception as exc:  # noqa: BLE001 -- at exit: report, never hang
             log.warning("geryon: last parameters did not arrive: %s", exc)
         worker.close()
+
+
+def _replaced(optimizer, args, kwargs):
+    raise ConfigError("this optimizer was replaced by geryon.distribute(): in --mode ps call step() on "
+                      "the optimizer it returned (model, optimizer = geryon.distribute(model, optimizer))")

@@ -192,8 +192,8 @@ class TrainingSearch:
         except OSError as exc:
             where = f"; could not write {self.run_path}: {exc}"
         print(f"geryon: threshold search done after {self.iteration} iterations: chosen threshold "
-              f"{_label(self.search.chosen_point)} (fitted {record['chosen_fitted_s'] or 0:.4f} s per iteration), kept for "
-              f"the rest of training{where}", file=sys.stderr, flush=True)
+              f"{_label(self.search.chosen_point)} (fitted {record['chosen_fitted_s'] or 0:.4f} s per iteration), "
+              f"kept for the rest of training{where}", file=sys.stderr, flush=True)
 
 
 def _label(thresholds) -> str:

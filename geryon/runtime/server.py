@@ -6,25 +6,34 @@ still run fails the job.
 
 A server runs geryon.transport's `ParameterServer`:
   1. it waits (until SIGTERM) for worker 0 to publish the job's starting point in the store under
-     `<store prefix>ps/spec` (initial parameter values, each tensor's class and urgency, the SGD
-     settings; see geryon.runtime.ps_sync), which worker 0 does on the model's first forward call;
+     `<store prefix>ps/spec` (initial parameter values, each tensor's class and urgency, the
+     user's optimizer as an OptimizerSpec -- class name and groups as JSON, or "mean" when the workers
+     step -- and any optimizer state loaded before training; see geryon.runtime.ps_sync), which
+     worker 0 does on the model's first forward call;
   2. it listens on the rank's host address (a free port) and publishes `host:port` under
      `ps/server/<j>`; workers authenticate with the job secret;
-  3. it serves pushes and pulls, per priority class, until every worker is gone (said goodbye, or
+  3. it serves pushes and pulls, per priority class, running the user's torch.optim class on its
+     shards (geryon.transport.ps_optim), until every worker is gone (said goodbye, or
      lost: then it names the worker), and holds the role until the launcher's SIGTERM (exit 0, or 1
      when a worker was lost). The transport's closed connection or timeout
      (RankEnv.transport_timeout) marks a lost worker, so a dead worker never hangs a server.
   4. --priority search: when every worker has left and worker 0 announced class switch n under
      `ps/switch/<n>` (see geryon.runtime.ps_sync), the workers are not gone but switching: the
-     server takes its shards' values, SGD momentum and version, builds a new ParameterServer with
+     server takes its shards' values, optimizer state and version, builds a new ParameterServer with
      the new classes from them (shards can move between servers when the plan changes: with
      several servers each publishes its state under `ps/switch/<n>/state/<j>` and reads the
      others'), publishes its new address under `ps/switch/<n>/server/<j>` and serves again.
+  Clipping by the global norm with several servers: each server publishes its part of the norm of
+  the averaged gradient under `ps/norm/<iteration>/<j>` and reads the others' (`NormExchange`).
+  A worker's STATE request (optimizer.state_dict() / load_state_dict()) goes through the store too
+  (geryon.runtime.ps_checkpoint.state_exchange).
 """
 
+import functools
 import io
 import logging
 import signal
+import struct
 import sys
 import threading
 
@@ -32,10 +41,12 @@ from geryon.errors import GeryonError
 from geryon.runtime import env as rank_env
 from geryon.runtime import jobtransport
 from geryon.runtime.env import RankEnv
+from geryon.runtime.ps_checkpoint import state_exchange
 from geryon.runtime.ps_sync import SPEC_KEY, SWITCH_KEY, decode_priorities, decode_spec, server_key
 from geryon.runtime.store_blobs import get_blob, put_blob
 
 SWITCH_STATE_KEY = "ps/switch/{switch}/state/{index}"
+NORM_KEY = "ps/norm/{iteration}/{index}"
 
 POLL_S = 0.2
 EXIT_WORKER_LOST = 1
@@ -60,23 +71,28 @@ def serve(env: RankEnv) -> int:
     config = jobtransport.transport_config(env, tracer=timeline.transfer if timeline else None)
     host = jobtransport.listen_host(env)
     values, priorities, switch = spec["values"], spec["priorities"], 0
-    restore = None
+    optimizer = spec["optimizer"]
+    restore = (spec.get("states"), 0) if spec.get("states") else None
     while True:
         with ParameterServer(index, count, workers, values, config, (host, 0), priorities,
-                             **spec["sgd"]) as server:
+                             optimizer=optimizer, step_frames=True,
+                             norm_exchange=NormExchange(store, prefix, index, count),
+                             state_exchange=functools.partial(state_exchange, store)) as server:
             if restore is not None:
                 restore_state(server, *restore)
             store.set(prefix + server_key(index, switch), f"{host}:{server.port}")
             if switch == 0:
                 sizes = sum(v.numel() * v.element_size() for v in values)
+                update = ("averaging gradients (the workers step)" if optimizer.mean_only
+                          else f"running {optimizer.name}")
                 print(f"{name}: serving {len(server.values())} shards of {sizes / 1e6:.1f} MB of parameters "
-                      f"to {workers} workers on {host}:{server.port} (policy {config.policy})", flush=True)
+                      f"to {workers} workers on {host}:{server.port} (policy {config.policy}), {update}",
+                      flush=True)
             while not stopped.is_set():
                 server.serve_until_workers_leave(timeout=POLL_S)
-                pool = server.pool
-                if len(pool.left | set(pool.failures)) >= workers:
+                if len(server.pool.departed()) >= workers:
                     break
-            lost = {} if stopped.is_set() else dict(server.pool.failures)
+            lost = {} if stopped.is_set() else server.pool.lost()
             next_switch = prefix + SWITCH_KEY.format(switch=switch + 1)
             if stopped.is_set() or lost or not store.check([next_switch]):
                 break
@@ -94,14 +110,16 @@ def serve(env: RankEnv) -> int:
 
 
 def switched_state(server, store, prefix: str, switch: int, count: int, values):
-    """(values, (momenta, version)) of the whole model after switch `switch`, from every server.
+    """(values, (states, version)) of the whole model after switch `switch`, from every server.
 
     Only the shards a server holds are its own; with several servers each publishes them and
-    assembles the others', so a shard that moves to another server keeps its value and momentum.
+    assembles the others', so a shard that moves to another server keeps its value and state.
     """
     import torch
 
-    mine = {key: (state.param.clone(), state.momentum_buffer[0], state.version)
+    from geryon.transport.ps_optim import full_state
+
+    mine = {key: (state.param.clone(), state.state(), state.version)
             for key, state in server.shards.items()}
     put_blob(store, prefix + SWITCH_STATE_KEY.format(switch=switch, index=server.index), _save(mine))
     merged = {}
@@ -110,27 +128,36 @@ def switched_state(server, store, prefix: str, switch: int, count: int, values):
                       torch.load(io.BytesIO(get_blob(store, prefix + SWITCH_STATE_KEY.format(
                           switch=switch, index=other))), weights_only=True))
     new_values = [v.detach().clone() for v in values]
-    momenta = [None] * len(values)
+    parts: dict[int, list] = {}
     versions = set()
-    for (tensor, offset), (param, momentum, version) in merged.items():
+    for (tensor, offset), (param, state, version) in merged.items():
         new_values[tensor].view(-1)[offset:offset + param.numel()] = param
         versions.add(version)
-        if momentum is not None:
-            if momenta[tensor] is None:
-                momenta[tensor] = torch.zeros_like(new_values[tensor]).view(-1)
-            momenta[tensor][offset:offset + param.numel()] = momentum
+        parts.setdefault(tensor, []).append((offset, state))
     if len(versions) != 1:
         raise GeryonError(f"server {server.index}: shards at versions {sorted(versions)} when switching "
                           "classes; the workers must drain before a switch")
-    return new_values, (momenta, versions.pop())
+    states = [full_state(parts.get(tensor, []), value) or None for tensor, value in enumerate(new_values)]
+    return new_values, (states, versions.pop())
 
 
-def restore_state(server, momenta, version: int) -> None:
-    """Give a rebuilt server's shards the momentum and version they had before the switch."""
-    for (tensor, offset), state in server.shards.items():
-        state.version = version
-        if momenta[tensor] is not None:
-            state.momentum_buffer[0] = momenta[tensor][offset:offset + state.shard.length].clone()
+def restore_state(server, states, version: int) -> None:
+    """Give a (re)built server's shards the optimizer state and version of the whole model."""
+    server.load_shards(None, states)
+    server.set_version(version)
+
+
+class NormExchange:
+    """Servers share their part of the gradient norm through the store (clipping, several servers)."""
+
+    def __init__(self, store, prefix: str, index: int, count: int):
+        self.store, self.prefix, self.index, self.count = store, prefix, index, count
+
+    def __call__(self, iteration: int, partial: float) -> list[float]:
+        key = self.prefix + NORM_KEY
+        self.store.set(key.format(iteration=iteration, index=self.index), struct.pack("!d", partial))
+        return [struct.unpack("!d", self.store.get(key.format(iteration=iteration, index=j)))[0]
+                for j in range(self.count)]
 
 
 def _save(data) -> bytes:

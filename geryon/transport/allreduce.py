@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -356,40 +355,4 @@ def reference_allreduce_tensors(inputs: list[list[torch.Tensor]], priorities=Non
         out = reference_allreduce(flats, op)
         for e in bucket.entries:
             results[e.index] = out[e.offset:e.offset + e.numel].view_as(first[e.index])
-    return results
-
-
-def serve_world_of_threads(world: int, config: TransportConfig, body, host: str = "127.0.0.1"):
-    """Run `body(group)` on `world` ranks as threads over loopback sockets; returns the results.
-
-    For tests and quick experiments; ports are picked by binding to port 0 first.
-    """
-    import socket
-    ports = []
-    holders = []
-    for _ in range(world):
-        s = socket.socket()
-        s.bind((host, 0))
-        holders.append(s)
-        ports.append(s.getsockname()[1])
-    for s in holders:
-        s.close()
-    peers = [(host, p) for p in ports]
-    results, errors = [None] * world, [None] * world
-
-    def run(rank):
-        try:
-            with AllreduceGroup(rank, world, peers, config, listen=(host, ports[rank])) as group:
-                results[rank] = body(group)
-        except BaseException as exc:  # noqa: BLE001
-            errors[rank] = exc
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for exc in errors:
-        if exc is not None:
-            raise exc
     return results

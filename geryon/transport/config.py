@@ -1,28 +1,8 @@
 """TransportConfig: every knob of the transport in one plain dataclass, validated on creation.
 
-Default slice size: 256 KiB, chosen from this sweep (2 emulated hosts, BBR, a shared 2-core
-machine, so +-0.03 is noise). Goodput: 25 MB PS push/pull and 2-rank allreduce at 1 Gbit/s,
-median of 9 iterations, as a fraction of iperf3 (933 Mbit/s). Burst: `geryon bench priority
---servers 2 --bw 100mbit`, a 1 MiB high-priority burst under low-priority bulk, loaded / unloaded
-time (two runs each where two values are given).
-
-    slice     PS goodput   allreduce goodput   burst geryon    burst endhost
-    64 KiB    0.93         0.94                1.01 / 1.03     1.59 / 1.74
-    128 KiB   0.96         0.86                1.01            1.55
-    256 KiB   0.95         0.92                0.99 / 1.01     1.94 / 2.76
-    512 KiB   0.95         0.92                0.99            2.29
-    1 MiB     0.95         0.93                1.00 / 1.09     2.75 / 2.94
-    2 MiB     0.88*        0.74*               1.05            3.39
-    4 MiB     0.84         0.82                1.10            6.96
-    (* one 3-iteration run on a busy machine)
-
-Goodput is flat from 128 KiB to 1 MiB and falls beyond (the last slice is a pipeline bubble: 4 MiB
-is 34 ms at 1 Gbit/s); below 128 KiB per-frame Python work starts to show. The urgent burst under
-`geryon` stays within 1.1x at every size, but an urgent slice can still wait behind one slice of
-its own flow already in the socket (256 KiB: 21 ms at 100 Mbit/s, 2 ms at 1 Gbit/s), and `endhost`
-degrades linearly with the slice. 256 KiB is the largest size with full goodput and that bound.
-
-TCP_NOTSENT_LOWAT (128 KiB) does not limit goodput: 0, 128 KiB and 1 MiB gave the same ratios.
+Default slice size: 256 KiB, the largest size with full goodput whose wait behind one slice of its
+own flow stays small (21 ms at 100 Mbit/s, 2 ms at 1 Gbit/s); the sweep behind it, and the
+TCP_NOTSENT_LOWAT measurement, are in docs/measurements.md.
 """
 
 from __future__ import annotations

@@ -6,11 +6,13 @@ control, TCP_NOTSENT_LOWAT (so the kernel does not absorb the priority queue) an
 flow has a sender thread draining a priority-ordered send queue and a receiver thread that reads
 headers, asks the pool's handler for the destination view, and `recv_into`s the payload there.
 
-The handler (allreduce or PS) implements:
-    tensor_numel(tensor_id) -> int | None     (optional attribute; validates data frames early)
+The handler (allreduce, PS, the priority bench) is a `FlowHandler`:
     destination(flow, header) -> memoryview   (raise ProtocolError to reject the frame)
     delivered(flow, header)                   (payload is in place)
     control(flow, header, payload)            (PLAN / PULL frames)
+and optionally tensor_numel(tensor_id) -> int | None (validates data frames early), flow_failed(flow,
+exc) and peer_left(flow). Owners read the pool's state through its methods (`departed`, `lost`, `flow`,
+`wait_until`, ...) and share its condition `cond` for their own state; nothing else reads its fields.
 A frame that fails validation closes that connection with a logged reason; the pool records the
 failure per peer so that every wait on that peer raises a TransportError naming it.
 """
@@ -24,6 +26,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from geryon.errors import PeerAborted, PeerTimeout, ProtocolError, TransportError
 from geryon.transport.config import TransportConfig
@@ -230,10 +233,23 @@ class Flow:
         self.pool.flow_failed(self, exc)
 
 
+class FlowHandler(Protocol):
+    """What the owner of a FlowPool implements; see the module docstring for the optional hooks."""
+
+    def destination(self, flow: "Flow", header) -> memoryview:
+        """Where a data frame's payload goes (raise ProtocolError to reject the frame)."""
+
+    def delivered(self, flow: "Flow", header) -> None:
+        """A data frame's payload is in place."""
+
+    def control(self, flow: "Flow", header, payload: bytes) -> None:
+        """A control frame (PLAN, PULL, ...) arrived."""
+
+
 class FlowPool:
     """All flows of one rank: listens, dials, authenticates, and records per-peer failures."""
 
-    def __init__(self, my_id: int, config: TransportConfig, handler, *,
+    def __init__(self, my_id: int, config: TransportConfig, handler: FlowHandler, *,
                  listen: tuple[str, int] | None = ("0.0.0.0", 0), peer_label: str = "rank",
                  accept_peers=None):
         self.my_id, self.config, self.handler, self.peer_label = my_id, config, handler, peer_label
@@ -257,6 +273,21 @@ class FlowPool:
             self._accept_thread = threading.Thread(target=self._accept_loop, name=f"gy-accept-{my_id}",
                                                    daemon=True)
             self._accept_thread.start()
+
+    def departed(self) -> set[int]:
+        """Peers that said goodbye or failed."""
+        with self.cond:
+            return self.left | set(self.failures)
+
+    def has_left(self, peer_id: int) -> bool:
+        """The peer said goodbye."""
+        with self.cond:
+            return peer_id in self.left
+
+    def lost(self) -> dict[int, TransportError]:
+        """Peers that failed, with their failure."""
+        with self.cond:
+            return dict(self.failures)
 
     @property
     def flow_count(self) -> int:

@@ -2,13 +2,23 @@
 
 Iteration protocol (synchronous): a worker at iteration i pushes every gradient shard tagged i; a
 server aggregates a shard once all W workers' pushes for i arrived -- the mean, summed in worker
-order 0..W-1 -- and applies torch's SGD update (momentum, dampening, weight decay, nesterov: the
-function `torch.optim.SGD.step` itself calls, with per-shard momentum state, so semantics match
-exactly), making the shard's version i + 1. A worker's `pull(i + 1)` asks every server for
-version i + 1 of its shards; each server answers as shards become ready, through its send queues
-in urgency order on the class's flow.
+order 0..W-1 -- and applies the user's optimizer to it: the real `torch.optim` class named by the
+job's `OptimizerSpec` (geryon.transport.ps_optim), one instance per shard with the settings of the
+shard's parameter group, making the shard's version i + 1. With `OptimizerSpec(MEAN)` the server
+only averages: the shard's value is the mean gradient, and the workers run their own optimizer.
+A worker's `pull(i + 1)` asks every server for version i + 1 of its shards; each server answers as
+shards become ready, through its send queues in urgency order on the class's flow.
 Parameters land directly in the worker's tensors; `wait_param(t)` blocks until tensor t is
 complete, so the next forward pass can start layer by layer.
+
+With `step_frames=True` (what geryon.launch uses) every worker also sends one STEP frame per
+iteration (float64: gradient clipping request, every group's numeric hyper-parameters as the
+user's optimizer holds them at step(), and which tensors had a gradient), and the server applies
+iteration i only once every worker's STEP for i arrived and agrees: a learning-rate schedule or a
+manual change reaches every shard before its next update, a tensor no worker had a gradient for is
+skipped as torch.optim skips it, and clipping by the global norm scales the averaged gradient by
+the norm of the whole averaged gradient (partial sums of every server, `norm_exchange`).
+Without STEP frames the settings stay those of the spec and every tensor is updated.
 
 Workers must not start pushing iteration i + 1 before their pull of i + 1 completed (the server
 sends parameter slices from its live tensors without copying).
@@ -20,13 +30,17 @@ import logging
 import threading
 import time
 
+import json
+import math
+from dataclasses import dataclass, field
+
 import torch
-from torch.optim.sgd import sgd as sgd_update
 
 from geryon.errors import ConfigError, PeerAborted, ProtocolError, TransportError
 from geryon.transport.buckets import normalize_priorities
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
+from geryon.transport.ps_optim import STEP_HEADER, OptimizerSpec, apply_hyper, group_offsets, shard_state
 from geryon.transport.shards import Shard, param_specs, plan_shards, shard_digest
 from geryon.transport.wire import (Kind, byte_view, dtype_code, encode_control, encode_header,
                                    slice_view)
@@ -37,9 +51,10 @@ ABORT_GRACE = 5.0   # seconds a server waits for the other workers to leave afte
 
 
 class _ServerShard:
-    """A server's state for one shard: value, per-worker gradient buffers, optimizer state."""
+    """A server's state for one shard: value, per-worker gradient buffers, its optimizer."""
 
-    def __init__(self, shard: Shard, value: torch.Tensor, workers: int, sgd: dict):
+    def __init__(self, shard: Shard, value: torch.Tensor, workers: int, spec: OptimizerSpec,
+                 group: int):
         self.shard = shard
         self.param = value.detach().clone().reshape(-1)
         self.grads = [torch.empty_like(self.param) for _ in range(workers)]
@@ -47,49 +62,122 @@ class _ServerShard:
         self.param_bytes = byte_view(self.param)
         self.grad_bytes = [byte_view(grad) for grad in self.grads]
         self.dtype_code = dtype_code(self.param.dtype)
-        self.sgd = sgd
-        self.momentum_buffer: list[torch.Tensor | None] = [None]
+        self.group = group
+        self.optimizer = None if spec.mean_only or group < 0 else spec.build(group, self.param)
+        # the class's own step without Optimizer's per-call profiler range and hook loop (no hooks
+        # are registered on a server's optimizers; that wrapper cost ~0.5 ms per slice)
+        step = type(self.optimizer).step if self.optimizer is not None else None
+        self._step = getattr(step, "__wrapped__", None) if getattr(step, "hooked", False) else None
         self.version = 0
         self.arrived: set[int] = set()
+        self.taken = False            # an update of `version` is under way
         self.waiting_pulls: set[int] = set()   # workers that asked for the next version
         self.lock = threading.Lock()
 
-    def step(self, grad: torch.Tensor) -> None:
-        """One torch.optim.SGD step: the very function SGD.step calls, without its per-call cost.
+    @property
+    def complete(self) -> bool:
+        return len(self.arrived) == len(self.grads)
 
-        (SGD.step's hooks, profiler ranges and grad-mode switches took ~0.5 ms per slice, a
-        quarter of a slice's time on the wire at 1 Gbit/s.)
-        """
-        sgd_update([self.param], [grad], self.momentum_buffer, foreach=False, maximize=False,
-                   **self.sgd)
+    def mean_gradient(self) -> torch.Tensor:
+        grad = self.grads[0].clone()
+        for other in self.grads[1:]:
+            grad.add_(other)
+        return grad.div_(len(self.grads))
+
+    def update(self, grad: torch.Tensor, plan: "_StepPlan", spec: OptimizerSpec, offsets) -> None:
+        """Apply one iteration: the mean gradient (MEAN), or one step of the user's optimizer."""
+        if spec.mean_only:
+            self.param.copy_(grad)
+            return
+        if self.optimizer is None or not plan.present(self.shard.tensor_id):
+            return   # in no group, or no worker had a gradient: torch.optim leaves it as it is
+        if plan.scale is not None:
+            grad.mul_(plan.scale)
+        if plan.hyper is not None:
+            apply_hyper(self.optimizer, spec.groups[self.group], plan.hyper, offsets[self.group])
+        self.param.grad = grad
+        try:
+            if self._step is not None:
+                self._step(self.optimizer)
+            else:
+                self.optimizer.step()
+        finally:
+            self.param.grad = None
+
+    def state(self) -> dict:
+        return dict(self.optimizer.state.get(self.param, {})) if self.optimizer is not None else {}
+
+
+@dataclass
+class _StepPlan:
+    """What every worker said about one iteration: settings, clipping, tensors with gradients."""
+
+    hyper: list | None = None                 # numeric hyper-parameters (None: the spec's)
+    clip: tuple | None = None                 # (max_norm, norm_type)
+    presence: list | None = None              # per tensor: some worker had a gradient (None: all)
+    scale: float | None = None                # the clipping factor, once computed
+    done: int = 0                             # shards updated
+    taken: set = field(default_factory=set)
+
+    def present(self, tensor: int) -> bool:
+        return self.presence is None or self.presence[tensor]
+
+
+def _combine_norm(partials, norm_type: float) -> float:
+    if math.isinf(norm_type):
+        return max(partials) if partials else 0.0
+    return sum(partials) ** (1.0 / norm_type)
 
 
 class ParameterServer(PoolOwner):
     """Server `index` of `servers`: holds its shards of `params` and serves `workers` workers.
 
     `params`: the initial parameter tensors in model order (every rank passes the same list);
-    `priorities`: per tensor a class or (class, urgency); the SGD keywords go to torch.optim.SGD.
+    `priorities`: per tensor a class or (class, urgency); `optimizer`: the OptimizerSpec to run
+    (default: torch.optim.SGD with the SGD keywords, every tensor in one group).
+    `step_frames`: wait for every worker's STEP frame of an iteration before applying it.
+    `norm_exchange(iteration, partial) -> [partial of server 0, 1, ...]`: how servers share their
+    part of the gradient norm when a worker asks for clipping (one server: not needed).
+    `state_exchange(server, op, key)`: runs a worker's STATE request ("save" or "load" under `key`).
     """
 
     def __init__(self, index: int, servers: int, workers: int, params, config: TransportConfig,
-                 listen: tuple[str, int], priorities=None, *, lr: float = 0.01,
-                 momentum: float = 0.0, weight_decay: float = 0.0, dampening: float = 0.0,
-                 nesterov: bool = False):
+                 listen: tuple[str, int], priorities=None, *, optimizer: OptimizerSpec | None = None,
+                 step_frames: bool = False, norm_exchange=None, state_exchange=None,
+                 lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0,
+                 dampening: float = 0.0, nesterov: bool = False):
         params = [p.detach() for p in params]
-        self.index, self.workers, self.config = index, workers, config
+        self.index, self.servers, self.workers, self.config = index, servers, workers, config
         self.policy = config.scheduling
         prios = normalize_priorities(len(params), priorities, config.classes)
         self.specs = param_specs(params, prios)
+        self.shapes = [p.shape for p in params]
         self.plan = plan_shards(self.specs, servers, self.policy, config.slice_bytes)
         self.digest = shard_digest(self.specs, self.plan, servers, workers)
-        sgd = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, dampening=dampening,
-                   nesterov=nesterov)
+        if optimizer is None:
+            optimizer = OptimizerSpec("SGD", ({"lr": lr, "momentum": momentum, "dampening": dampening,
+                                                "weight_decay": weight_decay, "nesterov": nesterov},),
+                                      (0,) * len(params))
+        elif not optimizer.mean_only and len(optimizer.tensor_group) != len(params):
+            raise ConfigError(f"the optimizer spec covers {len(optimizer.tensor_group)} tensors, "
+                              f"not {len(params)}")
+        self.optimizer = optimizer
+        self.offsets = group_offsets(optimizer)
+        self.step_frames = step_frames and not optimizer.mean_only
+        self.step_length = STEP_HEADER + optimizer.hyper_length() + len(params)
+        self.norm_exchange = norm_exchange
+        self.state_exchange = state_exchange
+        self.steps: dict[int, dict[int, torch.Tensor]] = {}   # iteration -> worker -> STEP vector
+        self.step_buffers: dict[tuple[int, int], torch.Tensor] = {}   # (iteration, worker) arriving
+        self.step_plans: dict[int, _StepPlan] = {}
+        self.step_lock = threading.Lock()
         self.shards: dict[tuple[int, int], _ServerShard] = {}
         for shard in self.plan:
             if shard.server == index:
                 flat = params[shard.tensor_id].reshape(-1)
+                group = -1 if optimizer.mean_only else optimizer.tensor_group[shard.tensor_id]
                 self.shards[shard.key] = _ServerShard(
-                    shard, flat[shard.offset:shard.offset + shard.length], workers, sgd)
+                    shard, flat[shard.offset:shard.offset + shard.length], workers, optimizer, group)
         self.failure: TransportError | None = None   # the first worker lost; the job is over
         self._failed_at = 0.0
         self.joined: set[int] = set()   # workers that sent the right plan digest (took part)
@@ -101,7 +189,35 @@ class ParameterServer(PoolOwner):
         return self.pool.port
 
     def tensor_numel(self, tensor_id: int) -> int | None:
+        if tensor_id == len(self.specs) and self.step_frames:
+            return self.step_length   # the STEP frame's pseudo tensor
         return self.specs[tensor_id].numel if tensor_id < len(self.specs) else None
+
+    def shard_states(self) -> dict[tuple[int, int], dict]:
+        """Optimizer state of each shard this server holds, keyed by (tensor_id, offset)."""
+        return {key: s.state() for key, s in self.shards.items()}
+
+    def load_shards(self, values=None, states=None) -> None:
+        """Set shard values from whole tensors `values` and optimizer state from `states`.
+
+        `states`: per tensor its whole optimizer state (a dict, as torch.optim holds it) or None.
+        Only between iterations: every shard must be idle (no update under way).
+        """
+        for (tensor, offset), state in self.shards.items():
+            with state.lock:
+                length = state.shard.length
+                if values is not None:
+                    state.param.copy_(values[tensor].detach().reshape(-1)[offset:offset + length])
+                if states is not None and state.optimizer is not None:
+                    whole = states[tensor] or {}
+                    state.optimizer.state.pop(state.param, None)
+                    if whole:
+                        state.optimizer.state[state.param] = shard_state(
+                            whole, torch.empty(self.shapes[tensor]), offset, length)
+
+    def set_version(self, version: int) -> None:
+        for state in self.shards.values():
+            state.version = version
 
     def values(self) -> dict[tuple[int, int], torch.Tensor]:
         """Current value of each shard this server holds, keyed by (tensor_id, offset)."""
@@ -111,7 +227,7 @@ class ParameterServer(PoolOwner):
         """Block until every worker said goodbye or failed, or until `timeout` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.pool.cond:
-            while len(self.pool.left | set(self.pool.failures)) < self.workers:
+            while len(self.pool.departed()) < self.workers:
                 if deadline is not None and time.monotonic() > deadline:
                     return
                 self.pool.cond.wait(0.2)
@@ -125,7 +241,7 @@ class ParameterServer(PoolOwner):
         while True:
             self.serve_until_workers_leave(timeout=0.2)
             with self.pool.cond:
-                everyone = len(self.pool.left | set(self.pool.failures)) >= self.workers
+                everyone = len(self.pool.departed()) >= self.workers
                 failure, failed_at = self.failure, self._failed_at
             if failure is not None and (everyone or time.monotonic() > failed_at + abort_grace):
                 raise failure
@@ -140,7 +256,7 @@ class ParameterServer(PoolOwner):
         hostile client cannot end the job.
         """
         if isinstance(exc, ProtocolError) or flow.peer_id not in self.joined or flow.peer_done \
-                or flow.peer_id in self.pool.left or self.pool.closed:
+                or self.pool.has_left(flow.peer_id) or self.pool.closed:
             return
         reason = exc.reason if isinstance(exc, PeerAborted) else f"worker {flow.peer_id} failed ({exc})"
         with self.pool.cond:
@@ -160,6 +276,8 @@ class ParameterServer(PoolOwner):
         return state
 
     def destination(self, flow, header) -> memoryview:
+        if header.kind == Kind.STEP and self.step_frames:
+            return self._step_destination(flow, header)
         if header.kind != Kind.PUSH:
             raise ProtocolError(f"{header.kind.name} frame from {flow.name}; servers take PUSH only")
         state = self._shard_for(flow, header)
@@ -172,22 +290,123 @@ class ParameterServer(PoolOwner):
                 raise ProtocolError(f"{flow.name} pushed tensor {header.tensor_id} twice")
         return state.grad_bytes[worker]
 
+    def _step_destination(self, flow, header) -> memoryview:
+        if header.tensor_id != len(self.specs) or header.offset != 0 \
+                or header.length != self.step_length or header.dtype != torch.float64:
+            raise ProtocolError(f"{header.describe()} from {flow.name} is not a STEP frame of this job")
+        key = (header.iteration, flow.peer_id)
+        with self.step_lock:
+            if key in self.step_buffers or flow.peer_id in self.steps.get(header.iteration, {}):
+                raise ProtocolError(f"{flow.name} sent STEP {header.iteration} twice")
+            vector = self.step_buffers[key] = torch.empty(self.step_length, dtype=torch.float64)
+        return byte_view(vector)
+
     def delivered(self, flow, header) -> None:
+        if header.kind == Kind.STEP:
+            with self.step_lock:   # counted once its payload is in place
+                vector = self.step_buffers.pop((header.iteration, flow.peer_id))
+                self.steps.setdefault(header.iteration, {})[flow.peer_id] = vector
+            self._advance(header.iteration)
+            return
         state = self._shard_for(flow, header)
         with state.lock:
             state.arrived.add(flow.peer_id)
-            if len(state.arrived) < self.workers:
+            if not state.complete:
                 return
-            grad = state.grads[0].clone()
-            for other in state.grads[1:]:
-                grad.add_(other)
-            grad.div_(self.workers)
-            state.step(grad)
-            state.version += 1
-            state.arrived.clear()
-            ready, state.waiting_pulls = state.waiting_pulls, set()
-        for worker in sorted(ready):
-            self._send_param(worker, state)
+            iteration = state.version
+        if self.step_frames:
+            self._advance(iteration)
+        else:
+            self._update([state], _StepPlan(), iteration)
+
+    def _advance(self, iteration: int) -> None:
+        """Apply iteration `iteration` to every shard that can take it now."""
+        with self.step_lock:
+            received = self.steps.get(iteration, {})
+            if len(received) < self.workers:
+                return
+            plan = self.step_plans.get(iteration)
+            if plan is None:
+                plan = self.step_plans[iteration] = self._agree(iteration, received)
+                if plan is None:
+                    return
+            ready = [s for s in self.shards.values()
+                     if s.version == iteration and s.complete and s.shard.key not in plan.taken]
+            if plan.clip is not None and len(ready) + len(plan.taken) < len(self.shards):
+                return   # the norm needs every shard's mean gradient
+            plan.taken.update(s.shard.key for s in ready)
+            if not ready and plan.done == len(self.shards):
+                self._forget(iteration)
+                return
+        self._update(ready, plan, iteration)
+
+    def _agree(self, iteration: int, received: dict) -> "_StepPlan | None":
+        """The plan of an iteration from every worker's STEP vector; they must agree."""
+        first = received[0]
+        settings = first[:self.step_length - len(self.specs)]
+        for worker, vector in sorted(received.items()):
+            if not torch.equal(vector[:len(settings)], settings):
+                self._fail_job(f"server {self.index}: worker {worker}'s optimizer settings at "
+                               f"iteration {iteration} differ from worker 0's (every worker must run "
+                               "the same schedule and the same clipping)")
+                return None
+        presence = torch.stack([v[len(settings):] for v in received.values()]).amax(0) > 0
+        clip = (float(first[1]), float(first[2])) if first[0] > 0 else None
+        hyper = first[STEP_HEADER:len(settings)].tolist()
+        return _StepPlan(hyper=hyper, clip=clip, presence=presence.tolist())
+
+    def _update(self, shards: list[_ServerShard], plan: _StepPlan, iteration: int) -> None:
+        grads = [state.mean_gradient() for state in shards]
+        if plan.clip is not None and shards:
+            plan.scale = self._clip_scale(iteration, plan, shards, grads)
+        for state, grad in zip(shards, grads):
+            with state.lock:
+                state.update(grad, plan, self.optimizer, self.offsets)
+                state.version += 1
+                state.arrived.clear()
+                ready, state.waiting_pulls = state.waiting_pulls, set()
+            for worker in sorted(ready):
+                self._send_param(worker, state)
+        if self.step_frames:
+            with self.step_lock:
+                plan.done += len(shards)
+                if plan.done == len(self.shards):
+                    self._forget(iteration)
+
+    def _forget(self, iteration: int) -> None:
+        self.steps.pop(iteration, None)
+        self.step_plans.pop(iteration, None)
+
+    def _clip_scale(self, iteration: int, plan: _StepPlan, shards, grads) -> float:
+        """torch.nn.utils.clip_grad_norm_'s factor for the whole averaged gradient."""
+        max_norm, norm_type = plan.clip
+        partial = 0.0
+        for state, grad in zip(shards, grads):
+            if not plan.present(state.shard.tensor_id):
+                continue
+            values = grad.double().abs()
+            if math.isinf(norm_type):
+                partial = max(partial, float(values.max())) if values.numel() else partial
+            else:
+                partial += float(values.pow(norm_type).sum())
+        if self.servers > 1:
+            if self.norm_exchange is None:
+                raise ConfigError("clipping by the global norm with several servers needs a "
+                                  "norm_exchange")
+            partials = self.norm_exchange(iteration, partial)
+        else:
+            partials = [partial]
+        total = _combine_norm(partials, norm_type)
+        return min(max_norm / (total + 1e-6), 1.0)
+
+    def _fail_job(self, reason: str) -> None:
+        with self.pool.cond:
+            if self.failure is not None:
+                return
+            self.failure = TransportError(reason)
+            self._failed_at = time.monotonic()
+        log.error("%s", reason)
+        self.pool.abort(reason)
 
     def control(self, flow, header, payload: bytes) -> None:
         if header.kind == Kind.PLAN:
@@ -198,6 +417,9 @@ class ParameterServer(PoolOwner):
                 with self.pool.cond:
                     self.joined.add(flow.peer_id)
             return
+        if header.kind == Kind.STATE:
+            self._state_request(flow, payload)
+            return
         if header.kind != Kind.PULL:
             raise ProtocolError(f"unexpected {header.kind.name} control frame from {flow.name}")
         worker, iteration = flow.peer_id, header.iteration
@@ -207,6 +429,24 @@ class ParameterServer(PoolOwner):
                     state.waiting_pulls.add(worker)
                     continue
             self._send_param(worker, state)
+
+    def _state_request(self, flow, payload: bytes) -> None:
+        """Save or load optimizer state as a worker asked; answer b"ok" or the error."""
+        try:
+            request = json.loads(payload)
+            op, key = request["op"], request["key"]
+            if op not in ("save", "load") or not isinstance(key, str):
+                raise ValueError(op)
+        except (ValueError, KeyError, TypeError):
+            raise ProtocolError(f"malformed STATE request from {flow.name}") from None
+        try:
+            if self.state_exchange is None:
+                raise ConfigError("this server cannot save or load optimizer state")
+            self.state_exchange(self, op, key)
+            answer = b"ok"
+        except Exception as exc:  # noqa: BLE001 -- the worker reports it
+            answer = f"server {self.index}: {exc}".encode()[:200]
+        flow.send((-1, next_sequence()), encode_control(Kind.STATE, answer, job_id=self.config.job_id))
 
     def _send_param(self, worker: int, state: _ServerShard) -> None:
         shard = state.shard
@@ -248,6 +488,7 @@ class PSWorker(PoolOwner):
         self.pull_iteration = 0
         self.last_progress = time.monotonic()
         self._server_digests: dict[int, bytes] = {}
+        self._state_answers: dict[int, bytes] = {}
         self._aborted = False
         self.pool = FlowPool(rank, config, self, listen=None, peer_label="server")
         for index, address in enumerate(servers):
@@ -284,7 +525,7 @@ class PSWorker(PoolOwner):
     def push_tensor(self, tensor: int, grad) -> None:
         """Queue the gradient shards of one tensor for iteration `self.iteration` (returns at once).
 
-        For pushing during backward, as each gradient becomes ready (geryon.launch.ps_sync): push
+        For pushing during backward, as each gradient becomes ready (geryon.runtime.ps_sync): push
         every tensor once per iteration, then advance with `self.iteration += 1` and `pull()`.
         `grad` must stay unchanged until the servers have it (the next pull completes).
         """
@@ -321,6 +562,40 @@ class PSWorker(PoolOwner):
         self.push(grads)
         self.iteration += 1
         self.pull(self.iteration)
+
+    def send_step(self, vector: torch.Tensor) -> None:
+        """Send this iteration's STEP frame (float64 settings; see the module docstring) to every server.
+
+        Call it once per iteration, after the last push_tensor and before advancing the iteration;
+        `vector` must stay unchanged until sent.
+        """
+        vector = vector.detach().to(torch.float64).contiguous()
+        header = encode_header(Kind.STEP, job_id=self.config.job_id, iteration=self.iteration,
+                               tensor_id=len(self.specs), length=vector.numel(),
+                               dtype=dtype_code(torch.float64))
+        data = byte_view(vector)
+        for server in self.servers:
+            self.pool.flow(server, 0).send((-1, next_sequence()), header, data)
+
+    def state_request(self, op: str, key: str) -> None:
+        """Ask every server to save ("save") or load ("load") optimizer state under store `key`.
+
+        Returns once every server answered; raises ConfigError with the first server's error.
+        Only between iterations (after wait_all), while no other worker pushes.
+        """
+        frame = encode_control(Kind.STATE, json.dumps({"op": op, "key": key}).encode(),
+                               job_id=self.config.job_id)
+        with self.pool.cond:
+            self._state_answers.clear()
+        started = time.monotonic()
+        for server in self.servers:
+            self.pool.flow(server, 0).send((-1, next_sequence()), frame)
+        self.pool.wait_until(lambda: len(self._state_answers) == len(self.servers),
+                             f"optimizer state {op}", self.servers, progress=lambda: started)
+        errors = [answer.decode(errors="replace") for _, answer in sorted(self._state_answers.items())
+                  if answer != b"ok"]
+        if errors:
+            raise ConfigError(f"optimizer state {op} failed: {errors[0]}")
 
     def wait_param(self, tensor: int) -> torch.Tensor:
         """Block until parameter `tensor` (index) holds the pulled version; return it."""
@@ -371,6 +646,11 @@ class PSWorker(PoolOwner):
             self.pool.cond.notify_all()
 
     def control(self, flow, header, payload: bytes) -> None:
+        if header.kind == Kind.STATE:
+            with self.pool.cond:
+                self._state_answers[flow.peer_id] = payload
+                self.pool.cond.notify_all()
+            return
         if header.kind != Kind.PLAN:
             raise ProtocolError(f"unexpected {header.kind.name} control frame from {flow.name}")
         with self.pool.cond:

@@ -50,14 +50,16 @@ class Kind(enum.IntEnum):
     PULL = 7
     BYE = 8
     ABORT = 9     # the job is failing: payload is a UTF-8 reason naming the failed rank
+    STATE = 10    # PS: save/load optimizer state (worker -> server: JSON request; reply: b"ok" or error)
     REDUCE = 20   # allreduce, reduce-scatter piece
     GATHER = 21   # allreduce, all-gather piece
     PUSH = 30     # PS: gradient slice, worker -> server
     PARAM = 31    # PS: parameter slice, server -> worker
+    STEP = 32     # PS: one iteration's optimizer settings (float64: clip, hyper-parameters, presence)
 
 
 CONTROL_KINDS = frozenset({Kind.HELLO, Kind.CHALLENGE, Kind.PROOF, Kind.ACCEPT, Kind.REJECT,
-                           Kind.PLAN, Kind.PULL, Kind.BYE, Kind.ABORT})
+                           Kind.PLAN, Kind.PULL, Kind.BYE, Kind.ABORT, Kind.STATE})
 _KINDS = frozenset(int(k) for k in Kind)
 
 DTYPES: dict[int, torch.dtype] = {

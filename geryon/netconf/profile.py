@@ -1,0 +1,348 @@
+"""QoS profiles: the priority classes of a fabric described once, validated before anything is touched.
+
+A `QosProfile` names the classes, highest priority first — each with its DSCP values, the egress queue
+it uses, and a scheduler (`strict`, or `weighted` with a weight 1..100) — plus the link rate and the
+switch ports it applies to. Every renderer (`geryon.netconf.render`) turns the same profile into one
+target's native configuration; `TargetLimits` says what a target can take, and `check_target` refuses a
+profile that asks for more, with a message saying what to change.
+
+Profiles come from three places: a TOML file (standard library `tomllib`), the built-ins `two-class` and
+`four-class`, or the `--classes` spec the rest of geryon uses (`high:46,low:0`). The TOML form:
+
+    name = "geryon-2"
+    rate = "100gbit"                # optional; Linux HTB shapes at it, switches ignore it
+    ports = ["Ethernet0", "Ethernet4"]
+
+    [[class]]
+    name = "high"
+    dscp = [46]
+    queue = 7
+    scheduler = "strict"
+
+    [[class]]
+    name = "low"
+    dscp = [0]
+    queue = 0
+    scheduler = "weighted"
+    weight = 100
+    default = true                  # DSCPs no class lists land here (default: the last class)
+"""
+
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from geryon.errors import QosProfileError, RateError, TargetLimitError
+from geryon.netconf.classes import HIGH_DSCP, LOW_DSCP, parse_classes
+from geryon.rates import parse_rate
+
+STRICT = "strict"
+WEIGHTED = "weighted"
+SCHEDULERS = (STRICT, WEIGHTED)
+NUM_DSCPS = 64
+MAX_QUEUE = 7
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+_PORT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,63}$")
+_CLASS_KEYS = {"name", "dscp", "queue", "scheduler", "weight", "default"}
+_PROFILE_KEYS = {"name", "rate", "ports", "class", "description"}
+
+
+@dataclass(frozen=True)
+class QosClass:
+    """One class: packets with any of `dscps` go to egress `queue`, served by `scheduler`."""
+
+    name: str
+    dscps: tuple[int, ...]
+    queue: int
+    scheduler: str = WEIGHTED
+    weight: int | None = None
+
+    @property
+    def strict(self) -> bool:
+        return self.scheduler == STRICT
+
+
+@dataclass(frozen=True)
+class QosProfile:
+    """Classes highest first, the class that takes unlisted DSCPs, link rate (bits/s) and ports."""
+
+    name: str
+    classes: tuple[QosClass, ...]
+    default_class: str
+    rate: int | None = None
+    ports: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def dscp_map(self) -> dict[int, QosClass]:
+        """Every DSCP 0..63 -> the class it lands in (unlisted ones go to the default class)."""
+        default = self.by_name(self.default_class)
+        mapping = {dscp: default for dscp in range(NUM_DSCPS)}
+        for cls in self.classes:
+            for dscp in cls.dscps:
+                mapping[dscp] = cls
+        return mapping
+
+    def by_name(self, name: str) -> QosClass:
+        for cls in self.classes:
+            if cls.name == name:
+                return cls
+        raise QosProfileError(f"profile {self.name!r} has no class {name!r}")
+
+    def with_ports(self, ports) -> "QosProfile":
+        return validate_profile(replace(self, ports=tuple(ports)))
+
+    @property
+    def weighted(self) -> tuple[QosClass, ...]:
+        return tuple(cls for cls in self.classes if not cls.strict)
+
+    @property
+    def strict_classes(self) -> tuple[QosClass, ...]:
+        return tuple(cls for cls in self.classes if cls.strict)
+
+
+@dataclass(frozen=True)
+class TargetLimits:
+    """What one switch target accepts."""
+
+    target: str
+    max_strict: int = 8
+    reserved_queues: tuple[int, ...] = ()  # a class on one of these moves one queue down (7 -> 6)
+    reserved_why: str = ""
+    percent_weights: bool = False  # weights become percentages that must sum to exactly 100
+    needs_weighted_default: bool = False  # the default (catch-all) queue must be weighted
+
+
+# --- building profiles -------------------------------------------------------------------------
+
+
+def validate_profile(profile: QosProfile) -> QosProfile:
+    """Check names, DSCPs (0..63, no overlap), queues (0..7, unique, falling with priority), schedulers."""
+    classes = profile.classes
+    if not 1 <= len(classes) <= MAX_QUEUE + 1:
+        raise QosProfileError(f"profile {profile.name!r} has {len(classes)} classes; give 1 to 8 "
+                              "(switches have 8 egress queues)")
+    if not isinstance(profile.name, str) or not _NAME.match(profile.name):
+        raise QosProfileError(f"bad profile name {profile.name!r}: start with a letter, then letters, digits, "
+                              "'-' or '_' (at most 32)")
+    seen_names: set[str] = set()
+    owner: dict[int, str] = {}
+    queues: dict[int, str] = {}
+    for cls in classes:
+        where = f"class {cls.name!r} of profile {profile.name!r}"
+        if not isinstance(cls.name, str) or not _NAME.match(cls.name):
+            raise QosProfileError(f"bad class name {cls.name!r}: start with a letter, then letters, digits, "
+                                  "'-' or '_' (at most 32)")
+        if cls.name in seen_names:
+            raise QosProfileError(f"two classes are named {cls.name!r} in profile {profile.name!r}")
+        seen_names.add(cls.name)
+        for dscp in cls.dscps:
+            if not _is_int(dscp) or not 0 <= dscp < NUM_DSCPS:
+                raise QosProfileError(f"DSCP {dscp!r} of {where} is outside 0-63")
+            if dscp in owner:
+                raise QosProfileError(f"DSCP {dscp} is in both class {owner[dscp]!r} and class {cls.name!r}: "
+                                      "each DSCP value may belong to one class only")
+            owner[dscp] = cls.name
+        if not _is_int(cls.queue) or not 0 <= cls.queue <= MAX_QUEUE:
+            raise QosProfileError(f"queue {cls.queue!r} of {where} is outside 0-{MAX_QUEUE}")
+        if cls.queue in queues:
+            raise QosProfileError(f"classes {queues[cls.queue]!r} and {cls.name!r} both use queue {cls.queue}: "
+                                  "give each class its own queue")
+        queues[cls.queue] = cls.name
+        _check_scheduler(cls, where)
+    _check_order(profile)
+    if profile.default_class not in seen_names:
+        raise QosProfileError(f"default class {profile.default_class!r} is not a class of profile "
+                              f"{profile.name!r}")
+    for port in profile.ports:
+        if not isinstance(port, str) or not _PORT.match(port):
+            raise QosProfileError(f"bad port name {port!r} in profile {profile.name!r}")
+    if len(set(profile.ports)) != len(profile.ports):
+        raise QosProfileError(f"a port is listed twice in profile {profile.name!r}: {', '.join(profile.ports)}")
+    return profile
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_scheduler(cls: QosClass, where: str) -> None:
+    if cls.scheduler not in SCHEDULERS:
+        raise QosProfileError(f"scheduler {cls.scheduler!r} of {where} is neither 'strict' nor 'weighted'")
+    if cls.strict and cls.weight is not None:
+        raise QosProfileError(f"{where} is strict and also has a weight: a strict queue is served before "
+                              "every weighted one, so drop the weight or make it 'weighted'")
+    if not cls.strict and (not _is_int(cls.weight) or not 1 <= cls.weight <= 100):
+        raise QosProfileError(f"{where} is weighted and needs a weight from 1 to 100, got {cls.weight!r}")
+
+
+def _check_order(profile: QosProfile) -> None:
+    """Strict classes come first, and a higher class uses a higher queue (switches serve queue 7 first)."""
+    for upper, lower in zip(profile.classes, profile.classes[1:]):
+        if lower.strict and not upper.strict:
+            raise QosProfileError(f"strict class {lower.name!r} is listed below weighted class {upper.name!r}: "
+                                  "list classes highest priority first, strict ones before weighted ones")
+        if lower.queue > upper.queue:
+            raise QosProfileError(f"class {upper.name!r} (queue {upper.queue}) is listed above class "
+                                  f"{lower.name!r} (queue {lower.queue}): a higher class needs a higher queue")
+
+
+def load_profile(path: "str | Path") -> QosProfile:
+    """Read and validate a TOML profile; QosProfileError says what is wrong and where."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise QosProfileError(f"profile {path} does not exist; built-ins: {', '.join(BUILTINS)}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise QosProfileError(f"cannot read profile {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise QosProfileError(f"profile {path} is not valid TOML: {exc}") from exc
+    return profile_from_dict(data, default_name=path.stem, source=str(path))
+
+
+def profile_from_dict(data: dict, default_name: str = "profile", source: str = "profile") -> QosProfile:
+    """Build a profile from parsed TOML (see the module docstring for the keys)."""
+    unknown = set(data) - _PROFILE_KEYS
+    if unknown:
+        raise QosProfileError(f"{source}: unknown key(s) {', '.join(sorted(unknown))}; "
+                              f"known: {', '.join(sorted(_PROFILE_KEYS))}")
+    entries = data.get("class")
+    if not isinstance(entries, list) or not entries:
+        raise QosProfileError(f"{source}: no [[class]] tables; give one per priority class, highest first")
+    classes, default = [], None
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise QosProfileError(f"{source}: class #{index + 1} is not a table")
+        extra = set(entry) - _CLASS_KEYS
+        if extra:
+            raise QosProfileError(f"{source}: class #{index + 1} has unknown key(s) {', '.join(sorted(extra))}; "
+                                  f"known: {', '.join(sorted(_CLASS_KEYS))}")
+        missing = {"name", "dscp", "queue"} - set(entry)
+        if missing:
+            raise QosProfileError(f"{source}: class #{index + 1} lacks {', '.join(sorted(missing))}")
+        dscps = entry["dscp"]
+        dscps = tuple(dscps) if isinstance(dscps, list) else (dscps,)
+        classes.append(QosClass(entry["name"], dscps, entry["queue"], entry.get("scheduler", WEIGHTED),
+                                entry.get("weight")))
+        if entry.get("default"):
+            if default is not None:
+                raise QosProfileError(f"{source}: classes {default!r} and {entry['name']!r} are both default")
+            default = entry["name"]
+    rate = data.get("rate")
+    try:
+        rate = None if rate is None else parse_rate(rate)
+    except RateError as exc:
+        raise QosProfileError(f"{source}: {exc}") from None
+    ports = data.get("ports", [])
+    if not isinstance(ports, list):
+        raise QosProfileError(f"{source}: ports must be a list of names, e.g. [\"Ethernet0\", \"Ethernet4\"]")
+    name = data.get("name", default_name)
+    return validate_profile(QosProfile(name, tuple(classes), default or classes[-1].name, rate, tuple(ports)))
+
+
+def _queues_for(count: int) -> list[int]:
+    """Queues 7 .. 0 spread over `count` classes, highest class on queue 7."""
+    if count == 1:
+        return [0]
+    return [round(MAX_QUEUE * (count - 1 - i) / (count - 1)) for i in range(count)]
+
+
+def profile_from_classes(spec=None, name: str | None = None, rate=None, ports=()) -> QosProfile:
+    """A profile from a `--classes` spec: the top class strict on queue 7, the rest weighted below it."""
+    classes = parse_classes(spec)
+    queues = _queues_for(len(classes))
+    built = []
+    for index, (cls, queue) in enumerate(zip(classes, queues)):
+        if index == 0 and len(classes) > 1:
+            built.append(QosClass(cls.name, (cls.dscp,), queue, STRICT))
+        else:
+            built.append(QosClass(cls.name, (cls.dscp,), queue, WEIGHTED, 10 * (len(classes) - index)))
+    rate = None if rate is None else parse_rate(rate)
+    return validate_profile(QosProfile(name or f"geryon-{len(classes)}", tuple(built), built[-1].name, rate,
+                                       tuple(ports)))
+
+
+def builtin_profile(name: str) -> QosProfile:
+    """`two-class` (EF 46 strict, the rest best effort) or `four-class` (EF strict, AF41, AF21, rest)."""
+    if name in ("two-class", "2"):
+        classes = (QosClass("high", (HIGH_DSCP,), 7, STRICT),
+                   QosClass("low", (LOW_DSCP,), 0, WEIGHTED, 100))
+        return validate_profile(QosProfile("geryon-2", classes, "low"))
+    if name in ("four-class", "4"):
+        classes = (QosClass("high", (HIGH_DSCP,), 7, STRICT),
+                   QosClass("p1", (34,), 5, WEIGHTED, 50),
+                   QosClass("p2", (18,), 2, WEIGHTED, 30),
+                   QosClass("low", (LOW_DSCP,), 0, WEIGHTED, 20))
+        return validate_profile(QosProfile("geryon-4", classes, "low"))
+    raise QosProfileError(f"no built-in profile {name!r}: choose one of {', '.join(BUILTINS)}, "
+                          "or give a TOML file")
+
+
+BUILTINS = ("two-class", "four-class")
+
+
+def resolve_profile(profile: str | None = None, classes=None, rate=None, ports=None) -> QosProfile:
+    """The profile a command asked for: a built-in name, a TOML path, or a `--classes` spec."""
+    if profile and classes:
+        raise QosProfileError("give --profile or --classes, not both")
+    if profile:
+        built = builtin_profile(profile) if profile in BUILTINS or profile in ("2", "4") else load_profile(profile)
+    else:
+        built = profile_from_classes(classes)
+    if rate is not None:
+        built = validate_profile(replace(built, rate=parse_rate(rate)))
+    if ports:
+        built = built.with_ports(ports)
+    return built
+
+
+# --- what a target can take --------------------------------------------------------------------
+
+
+def check_target(profile: QosProfile, limits: TargetLimits) -> QosProfile:
+    """The profile as this target will carry it (reserved queues moved), or TargetLimitError."""
+    strict = profile.strict_classes
+    if len(strict) > limits.max_strict:
+        raise TargetLimitError(
+            f"{limits.target} allows {limits.max_strict} strict queue(s) but profile {profile.name!r} has "
+            f"{len(strict)} ({', '.join(c.name for c in strict)}): make the lower ones 'weighted'")
+    if limits.needs_weighted_default and profile.by_name(profile.default_class).strict:
+        raise TargetLimitError(f"{limits.target} needs the default class ({profile.default_class!r}) to be "
+                               "weighted: it takes every unmatched packet and must not starve the rest")
+    notes = list(profile.notes)
+    classes = list(profile.classes)
+    used = {cls.queue for cls in classes}
+    for index, cls in enumerate(classes):
+        if cls.queue in limits.reserved_queues:
+            target_queue = cls.queue - 1
+            if target_queue in used or target_queue in limits.reserved_queues:
+                raise TargetLimitError(
+                    f"{limits.target}: queue {cls.queue} is reserved ({limits.reserved_why}) and queue "
+                    f"{target_queue} is taken: move class {cls.name!r} to a free queue below {cls.queue}")
+            classes[index] = replace(cls, queue=target_queue)
+            used = (used - {cls.queue}) | {target_queue}
+            notes.append(f"class {cls.name!r} moved from queue {cls.queue} to {target_queue}: "
+                         f"{limits.reserved_why}")
+    if limits.percent_weights:
+        percentages([cls.weight for cls in profile.weighted], limits.target, profile.weighted)
+    return replace(profile, classes=tuple(classes), notes=tuple(notes))
+
+
+def percentages(weights: list[int], target: str = "target", classes=()) -> list[int]:
+    """Weights as whole percentages summing to exactly 100 (largest remainder), each at least 1."""
+    if not weights:
+        return []
+    total = sum(weights)
+    exact = [100 * w / total for w in weights]
+    shares = [int(x) for x in exact]
+    by_remainder = sorted(range(len(weights)), key=lambda i: exact[i] - shares[i], reverse=True)
+    for i in by_remainder[:100 - sum(shares)]:
+        shares[i] += 1
+    for i, share in enumerate(shares):
+        if share < 1:
+            name = classes[i].name if classes else f"#{i + 1}"
+            raise TargetLimitError(
+                f"{target} needs whole bandwidth percentages summing to 100, and weight {weights[i]} of class "
+                f"{name!r} is below 1% of the total {total}: raise it or lower the others")
+    return shares

@@ -1,0 +1,146 @@
+"""SSH to managed hosts and switches: where a target lives, and one authenticated shell to it.
+
+`Endpoint.parse("linux@admin@10.0.0.1:2222")` names a target kind and an SSH address; `SshShell` runs
+commands there with paramiko, the host key checked against a known_hosts file: a host that is missing or
+presents another key is refused (HostKeyError) before a single command runs. Nothing here knows what the
+commands mean; `linuxapply` and `session` do.
+"""
+
+import logging
+import os
+import re
+import shlex
+from dataclasses import dataclass
+
+from geryon.errors import ConfigError, HostKeyError, RemoteError
+
+logging.getLogger("paramiko").setLevel(logging.WARNING)  # its INFO lines would drown the report
+
+CONNECT_TIMEOUT_S = 10.0
+COMMAND_TIMEOUT_S = 120.0
+_ENDPOINT = re.compile(r"^(?P<kind>[a-z]+)@(?:(?P<user>[A-Za-z0-9_.-]+)@)?(?P<host>\[[0-9A-Fa-f:]+\]|[A-Za-z0-9_.-]+)"
+                       r"(?::(?P<port>\d+))?$")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """KIND@[USER@]HOST[:PORT]: a target kind (linux, sonic, ...) and where to reach it over SSH."""
+
+    kind: str
+    host: str
+    port: int = 22
+    user: str | None = None
+    key: str | None = None  # private key file; None: the agent and ~/.ssh defaults
+
+    @classmethod
+    def parse(cls, text: str, key: str | None = None) -> "Endpoint":
+        match = _ENDPOINT.match(text or "")
+        if not match:
+            raise ConfigError(f"bad target {text!r}: write KIND@HOST, KIND@USER@HOST or KIND@HOST:PORT, "
+                              "e.g. linux@10.0.0.5 or sonic@admin@leaf1")
+        host = match["host"].strip("[]")
+        return cls(match["kind"], host, int(match["port"] or 22), match["user"], key)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def known_hosts_name(self) -> str:
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+
+class _RefuseUnknownHostKey:
+    def __init__(self, known_hosts: str):
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client, hostname, key):
+        raise HostKeyError(
+            f"host {hostname} is not in {self.known_hosts} (its {key.get_name()} key has fingerprint "
+            f"{key.fingerprint}); geryon never accepts unknown host keys: check the fingerprint, then add "
+            f"it, e.g. `ssh-keyscan -p PORT HOST >> {self.known_hosts}`")
+
+
+def default_known_hosts() -> str:
+    return os.path.expanduser("~/.ssh/known_hosts")
+
+
+class SshShell:
+    """One SSH connection; `run` executes a command line and returns (exit code, stdout, stderr)."""
+
+    def __init__(self, endpoint: Endpoint, known_hosts: str | None = None):
+        import paramiko  # lazy: only remote targets need it
+
+        self.endpoint = endpoint
+        self.known_hosts = known_hosts or default_known_hosts()
+        if not os.path.exists(self.known_hosts):
+            raise HostKeyError(f"known_hosts file {self.known_hosts} does not exist: collect the host keys "
+                               f"first, e.g. `ssh-keyscan -p {endpoint.port} {endpoint.host} > FILE`")
+        client = paramiko.SSHClient()
+        client.load_host_keys(self.known_hosts)
+        client.set_missing_host_key_policy(_RefuseUnknownHostKey(self.known_hosts))
+        try:
+            client.connect(endpoint.host, port=endpoint.port, username=endpoint.user, key_filename=endpoint.key,
+                           look_for_keys=endpoint.key is None, allow_agent=endpoint.key is None,
+                           timeout=CONNECT_TIMEOUT_S, banner_timeout=CONNECT_TIMEOUT_S,
+                           auth_timeout=CONNECT_TIMEOUT_S)
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise HostKeyError(
+                f"host {endpoint.address} presented a {exc.key.get_name()} key (fingerprint {exc.key.fingerprint}) "
+                f"that does not match {self.known_hosts}: refusing to connect (possible man-in-the-middle). If "
+                f"the host was reinstalled, remove its old entry with `ssh-keygen -R '{endpoint.known_hosts_name}' "
+                f"-f {self.known_hosts}` and add the new key") from None
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise RemoteError(f"cannot log in to {endpoint.address} as {endpoint.user or 'the current user'}: "
+                              f"{exc}; check the user and key") from None
+        except HostKeyError:
+            client.close()
+            raise
+        except (OSError, paramiko.SSHException) as exc:
+            client.close()
+            raise RemoteError(f"cannot connect to {endpoint.address}: {exc}") from None
+        self._client = client
+
+    def run(self, command: str, stdin: str | None = None, timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
+        """Run `command` (a shell line) remotely, feeding `stdin`; return (rc, stdout, stderr)."""
+        try:
+            chan_in, chan_out, chan_err = self._client.exec_command(command, timeout=timeout)
+            if stdin is not None:
+                chan_in.write(stdin)
+            chan_in.channel.shutdown_write()
+            out = chan_out.read().decode(errors="replace")
+            err = chan_err.read().decode(errors="replace")
+            return chan_out.channel.recv_exit_status(), out, err
+        except (OSError, EOFError) as exc:
+            raise RemoteError(f"{self.endpoint.address}: `{command}` failed: {exc}") from None
+        except Exception as exc:  # paramiko.SSHException and socket timeouts
+            raise RemoteError(f"{self.endpoint.address}: `{command}` failed: {exc}") from None
+
+    def check(self, command: str, stdin: str | None = None, timeout: float = COMMAND_TIMEOUT_S) -> str:
+        """Run `command`; RemoteError with its stderr unless it exits 0; return stdout."""
+        rc, out, err = self.run(command, stdin, timeout)
+        if rc != 0:
+            raise RemoteError(f"{self.endpoint.address}: `{command}` exited {rc}: {err.strip() or out.strip()}")
+        return out
+
+    def start(self, command: str, timeout: float = COMMAND_TIMEOUT_S):
+        """Start `command` without waiting: (stdin, stdout, stderr) paramiko files to talk to it."""
+        try:
+            return self._client.exec_command(command, timeout=timeout)
+        except Exception as exc:  # paramiko.SSHException and socket errors
+            raise RemoteError(f"{self.endpoint.address}: cannot start `{command}`: {exc}") from None
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> "SshShell":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def quote(words) -> str:
+    return " ".join(shlex.quote(str(w)) for w in words)

@@ -1,0 +1,64 @@
+"""Juniper Junos: the profile as `set class-of-service ...` statements.
+
+Follows the Junos OS Class of Service User Guide (and, for QFX, "Traffic Management User Guide for QFX
+Series"): `forwarding-classes class <fc> queue-num <n>`, `classifiers dscp <name> forwarding-class <fc>
+loss-priority low code-points [ <6-bit patterns> ]`, `schedulers <s> priority strict-high` or
+`transmit-rate percent <p>`, `scheduler-maps <map> forwarding-class <fc> scheduler <s>`, and per
+interface `scheduler-map` and `unit 0 classifiers dscp`.
+
+Hazards:
+  - Only one queue may be `strict-high` (a second strict-high scheduler is rejected, or starves the
+    first on some platforms): a profile with more than one strict class is refused.
+  - On QFX queue 7 belongs to the default `network-control` forwarding class, so a class on queue 7
+    moves to 6 (on every platform, so one rendering fits all); if 6 is taken the profile is refused.
+  - Code points are 6-bit binary strings (EF = 101110); every DSCP is classified, the unlisted ones
+    into the default class, so nothing falls back to the platform's default classifier.
+  - transmit-rate percentages of the weighted schedulers sum to 100.
+"""
+
+from geryon.netconf.profile import QosProfile, TargetLimits, percentages
+from geryon.netconf.render import Rendering
+
+LIMITS = TargetLimits("junos", max_strict=1, reserved_queues=(7,), percent_weights=True,
+                      reserved_why="queue 7 is the network-control forwarding class on QFX")
+DEFAULT_PORTS = ("xe-0/0/0",)
+CLASSIFIER = "GERYON-DSCP"
+SCHEDULER_MAP = "GERYON-MAP"
+
+
+def forwarding_class(cls) -> str:
+    return f"geryon-{cls.name}"
+
+
+def commands(profile: QosProfile) -> list[str]:
+    cos = "set class-of-service"
+    lines = [f"{cos} forwarding-classes class {forwarding_class(c)} queue-num {c.queue}" for c in profile.classes]
+    by_class: dict[str, list[int]] = {cls.name: [] for cls in profile.classes}
+    for dscp, cls in sorted(profile.dscp_map().items()):
+        by_class[cls.name].append(dscp)
+    for cls in profile.classes:
+        if by_class[cls.name]:
+            points = " ".join(f"{d:06b}" for d in by_class[cls.name])
+            lines.append(f"{cos} classifiers dscp {CLASSIFIER} forwarding-class {forwarding_class(cls)} "
+                         f"loss-priority low code-points [ {points} ]")
+    shares = dict(zip((c.name for c in profile.weighted), percentages([c.weight for c in profile.weighted])))
+    for cls in profile.classes:
+        scheduler = f"{forwarding_class(cls)}-sched"
+        if cls.strict:
+            lines.append(f"{cos} schedulers {scheduler} priority strict-high")
+        else:
+            lines += [f"{cos} schedulers {scheduler} transmit-rate percent {shares[cls.name]}",
+                      f"{cos} schedulers {scheduler} priority low"]
+        lines.append(f"{cos} scheduler-maps {SCHEDULER_MAP} forwarding-class {forwarding_class(cls)} "
+                     f"scheduler {scheduler}")
+    for port in profile.ports or DEFAULT_PORTS:
+        lines += [f"{cos} interfaces {port} scheduler-map {SCHEDULER_MAP}",
+                  f"{cos} interfaces {port} unit 0 classifiers dscp {CLASSIFIER}"]
+    return lines
+
+
+def render(profile: QosProfile) -> Rendering:
+    lines = commands(profile)
+    notes = profile.notes + (() if profile.ports else
+                             (f"no ports given: rendered for {', '.join(DEFAULT_PORTS)} (use --ports)",))
+    return Rendering("junos", profile, "\n".join(lines) + "\n", None, notes, tuple(lines))

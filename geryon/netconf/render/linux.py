@@ -1,0 +1,81 @@
+"""Linux tc: the profile as `geryon.netconf` queue plans (HTB + u32 DSCP filters), one per port.
+
+Follows tc-htb(8) and tc-u32(8) (iproute2), with the layout of `geryon.netconf.plan`: root `1:` htb whose
+default is the profile's default class, `1:1` at the link rate, one HTB class per profile class, a pfifo
+leaf under each, and u32 filters matching each non-default DSCP (IPv4 dsfield and IPv6 traffic class).
+
+Strict classes get their own HTB `prio` (0, 1, ...) and the top one ~99% of the rate guaranteed, so it is
+served first; weighted classes share the next `prio` level, with guaranteed rates and HTB quanta in
+proportion to their weights, so when they borrow spare bandwidth they split it by weight.
+
+Hazards:
+  - HTB needs a rate: with none in the profile, 10 gbit is used, which never binds on a veth or 10G NIC.
+  - GSO/TSO super-packets (up to 64 KB) are queued as one: at low rates a high packet can wait behind one
+    (see NOTES, `ethtool -K IF tso off gso off`).
+  - `tc qdisc del dev X root` runs first: whatever qdisc was there is replaced, so the apply path
+    (geryon.netconf.linuxapply) saves it before and restores it on failure or `down`.
+"""
+
+from geryon.netconf.classes import PriorityClass
+from geryon.netconf.plan import (HTB_QUANTUM, LOW_SHARE, MIN_CLASS_RATE, PARENT_CLASS, QUEUE_LIMIT, ROOT,
+                                 UNSHAPED_RATE, ClassOp, FilterOp, QdiscOp, QueuePlan, format_tc_rate)
+from geryon.errors import TargetLimitError
+from geryon.netconf.profile import QosProfile, TargetLimits
+from geryon.netconf.render import Rendering
+
+LIMITS = TargetLimits("linux", max_strict=8)
+DEFAULT_PORTS = ("eth0",)
+MIN_QUANTUM = 1514
+
+
+def class_rates(profile: QosProfile, rate: int) -> list[int]:
+    """Guaranteed rate per class: the top class the rest of ~99%, the others 1% split by weight."""
+    count = len(profile.classes)
+    if count == 1:
+        return [rate]
+    low_total = max(int(rate * LOW_SHARE), MIN_CLASS_RATE * (count - 1))
+    if rate - low_total < rate // 2:
+        raise TargetLimitError(f"linux: rate {format_tc_rate(rate)} is too low for {count} classes")
+    weights = [cls.weight or 100 for cls in profile.classes[1:]]
+    lows = [max(MIN_CLASS_RATE, low_total * w // sum(weights)) for w in weights]
+    return [rate - sum(lows)] + lows
+
+
+def build_plan(profile: QosProfile, dev: str, netns: str | None = None) -> QueuePlan:
+    """The HTB plan for one device."""
+    rate = profile.rate or UNSHAPED_RATE
+    class_ids = tuple(f"1:{0x10 + i:x}" for i in range(len(profile.classes)))
+    default_id = class_ids[[c.name for c in profile.classes].index(profile.default_class)]
+    ops: list = [QdiscOp(dev, "htb", ROOT, params=(("default", default_id.split(":")[1]),)),
+                 ClassOp(dev, "htb", PARENT_CLASS, ROOT, (("rate", rate), ("ceil", rate),
+                                                          ("quantum", HTB_QUANTUM)))]
+    weighted_prio = len(profile.strict_classes)
+    for index, (cls, classid, class_rate) in enumerate(zip(profile.classes, class_ids,
+                                                            class_rates(profile, rate))):
+        prio = index if cls.strict else weighted_prio
+        quantum = HTB_QUANTUM if cls.strict else max(MIN_QUANTUM, HTB_QUANTUM * cls.weight // 100)
+        ops.append(ClassOp(dev, "htb", classid, PARENT_CLASS, (("rate", class_rate), ("ceil", rate),
+                                                               ("prio", prio), ("quantum", quantum))))
+    ops += [QdiscOp(dev, "pfifo", f"{0x10 + i:x}:", classid, (("limit", QUEUE_LIMIT),))
+            for i, classid in enumerate(class_ids)]
+    for pref, protocol in ((1, "ip"), (2, "ipv6")):
+        for cls, classid in zip(profile.classes, class_ids):
+            if cls.name == profile.default_class:
+                continue
+            ops += [FilterOp(dev, ROOT, protocol, pref, dscp, classid) for dscp in cls.dscps]
+    classes = tuple(PriorityClass(c.name, c.dscps[0] if c.dscps else 0) for c in profile.classes)
+    return QueuePlan(dev, "htb", classes, class_ids, tuple(ops), rate, netns, profile.notes)
+
+
+def plans(profile: QosProfile, netns: str | None = None) -> list[QueuePlan]:
+    return [build_plan(profile, dev, netns) for dev in (profile.ports or DEFAULT_PORTS)]
+
+
+def render(profile: QosProfile) -> Rendering:
+    lines = []
+    for plan in plans(profile):
+        lines.append(f"tc qdisc del dev {plan.dev} root 2>/dev/null || true")
+        lines += plan.commands()
+    notes = profile.notes + (() if profile.ports else
+                             (f"no ports given: rendered for {', '.join(DEFAULT_PORTS)} (use --ports)",))
+    return Rendering("linux", profile, "\n".join(lines) + "\n", None, notes, tuple(lines))

@@ -1,0 +1,35 @@
+"""Module buffers (BatchNorm running statistics, ...) in PS mode: DDP's convention.
+
+Parameters live on the parameter servers; buffers do not (they are not trained by the optimizer).
+As DistributedDataParallel does with broadcast_buffers=True, every worker takes worker 0's buffers
+before each forward pass in training mode (grad enabled, model.train()), one coalesced gloo
+broadcast, so all workers hold identical buffers and a checkpoint from worker 0 has them. Models
+that want statistics over the global batch use torch.nn.SyncBatchNorm, which works unchanged (it
+reduces over the gloo process group that geryon.init() sets up).
+"""
+
+
+class BufferBroadcast:
+    """Broadcast `model`'s floating and integer buffers from worker 0 before training forwards."""
+
+    def __init__(self, model):
+        self.model = model
+        self.buffers = [b for b in model.buffers() if b.numel() > 0]
+
+    def before_forward(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if not self.buffers or not self.model.training or not torch.is_grad_enabled() \
+                or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+            return
+        by_dtype: dict = {}
+        for buffer in self.buffers:
+            by_dtype.setdefault(buffer.dtype, []).append(buffer)
+        for dtype, buffers in by_dtype.items():
+            flat = torch.cat([b.detach().reshape(-1) for b in buffers])
+            dist.broadcast(flat, src=0)
+            offset = 0
+            for buffer in buffers:
+                buffer.data.copy_(flat[offset:offset + buffer.numel()].view_as(buffer))
+                offset += buffer.numel()

@@ -1,0 +1,174 @@
+"""`geryon sim`: the flow-level simulator's table, calibration, speedup curve and validation.
+
+    geryon sim [--model vgg19|resnet50|alexnet|inceptionv3|all] [--link 10gbe|40gbe] [--bw GBIT]
+               [--workers N] [--layout colocated|separate] [--topology star|leafspine
+               --oversubscription R] [--classes K] [--policy P,...] [--iterations N]
+               [--slice-params N] [--compute-scale S] [--exact] [--json] [--out DIR]
+    geryon sim --compare BENCH_PAPER.json      simulated vs measured iteration times
+    geryon sim --curve                         the slides' potential speedup vs bandwidth (VGG-19)
+
+Without --compute-scale the ONE compute-time scale is calibrated first (VGG-19, vanilla, 10GbE,
+8 colocated workers -> the paper's 26.9%) and printed; every other cell is predicted with it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from geryon.errors import ConfigError
+from geryon.sim.paper import LINKS
+from geryon.sim.scenario import MAX_WORKERS, MODELS, SimSetting, calibrate, potential_speedup, simulate
+from geryon.transport.policy import POLICIES
+
+CURVE_GBIT = (1, 2, 5, 10, 20, 40, 100, 200, 400)
+
+
+def add_commands(commands, bench) -> None:
+    parser = commands.add_parser("sim", help="flow-level simulation of PS training under each policy")
+    parser.add_argument("--model", default="vgg19", help=f"{', '.join(MODELS)} or all")
+    parser.add_argument("--link", default="10gbe", choices=sorted(LINKS), help="paper link (default 10gbe)")
+    parser.add_argument("--bw", type=float, help="link rate in Gbit/s, 1-400 (overrides --link)")
+    parser.add_argument("--workers", type=int, default=8, help=f"workers, 1-{MAX_WORKERS} (default 8)")
+    parser.add_argument("--servers", type=int, help="PS servers (default: one per worker)")
+    parser.add_argument("--layout", default="colocated", choices=("colocated", "separate"))
+    parser.add_argument("--topology", default="star", choices=("star", "leafspine"))
+    parser.add_argument("--oversubscription", type=float, default=1.0, help="leaf-spine, R:1")
+    parser.add_argument("--hosts-per-leaf", type=int, help="leaf-spine (default min(16, hosts/2))")
+    parser.add_argument("--classes", type=int, default=2, help="network classes for geryon (K)")
+    parser.add_argument("--thresholds", help="K-1 comma-separated thresholds (default coarse split)")
+    parser.add_argument("--policy", default="all", help="comma-separated policies or all")
+    parser.add_argument("--iterations", type=int, default=10, help="measured iterations (+1 warm-up)")
+    parser.add_argument("--slice-params", type=int, default=1024 * 1024, help="parameters per slice")
+    parser.add_argument("--placement", default="count", choices=("count", "bytes"),
+                        help="slices over servers: round-robin (count) or least-bytes")
+    parser.add_argument("--compute-scale", type=float, help="skip calibration, use this scale")
+    parser.add_argument("--exact", action="store_true", help="per-connection model (<= 64 workers)")
+    parser.add_argument("--compare", metavar="JSON", help="validate against bench paper rows")
+    parser.add_argument("--curve", action="store_true", help="potential speedup vs bandwidth (VGG-19)")
+    parser.add_argument("--slice-table", action="store_true",
+                        help="the paper's slicing table: VGG-19 10GbE, geryon vs endhost, 1024K/512K/256K")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per row")
+    parser.add_argument("--out", type=Path, help="write rows.json, table.md and PNGs here")
+    parser.set_defaults(func=run)
+
+
+def _setting(args, scale: float) -> SimSetting:
+    if args.bw is not None and not 1 <= args.bw <= 400:
+        raise ConfigError(f"--bw must be 1-400 Gbit/s, got {args.bw:g}")
+    thresholds = tuple(float(t) for t in args.thresholds.split(",")) if args.thresholds else ()
+    return SimSetting(link=None if args.bw else args.link,
+                      bw_bps=args.bw * 1e9 if args.bw else LINKS[args.link], workers=args.workers,
+                      servers=args.servers, layout=args.layout, topology=args.topology,
+                      oversubscription=args.oversubscription, hosts_per_leaf=args.hosts_per_leaf,
+                      classes=args.classes, thresholds=thresholds, slice_params=args.slice_params,
+                      placement=args.placement, compute_scale=scale, iterations=args.iterations,
+                      exact=args.exact)
+
+
+def _say(args, text: str) -> None:
+    print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+
+def run(args) -> int:
+    from geryon.sim.report import (add_derived, efficiency_chart, json_lines, line_chart,
+                                   markdown_table, text_table)
+
+    models = MODELS if args.model == "all" else tuple(m.strip().lower() for m in args.model.split(","))
+    bad = [m for m in models if m not in MODELS]
+    if bad:
+        raise ConfigError(f"unknown model {bad[0]!r}; choose from {', '.join(MODELS)} or all")
+    policies = tuple(POLICIES) if args.policy == "all" else tuple(args.policy.split(","))
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise ConfigError(f"unknown policy {unknown[0]!r}; choose from {', '.join(POLICIES)}")
+    started = time.perf_counter()
+    _setting(args, 1.0)   # validate every flag before any work
+    if args.compute_scale:
+        scale = args.compute_scale
+        _say(args, f"compute scale {scale:.4g} (given)")
+    else:
+        scale = calibrate(_setting(args, 1.0))
+        _say(args, f"compute scale {scale:.4g}: calibrated so that VGG-19 vanilla at 10GbE, 8 colocated "
+                   "workers, reaches the paper's 26.9% (profile times x scale)")
+    base = _setting(args, scale)
+    if args.compare:
+        return _compare(args, base)
+    rows = []
+    for model in models:
+        setting = replace(base, model=model)
+        for policy in policies:
+            rows.append(simulate(setting, policy))
+    add_derived(rows)
+    elapsed = time.perf_counter() - started
+    if args.json:
+        print(json_lines(rows))
+    else:
+        print(f"{base.describe().split(', ', 1)[1]}; {args.iterations} iterations after 1 warm-up; "
+              f"{'exact per-connection' if args.exact else 'aggregate'} model")
+        print(text_table(rows))
+        print(f"simulated in {elapsed:.1f} s")
+    if args.slice_table:
+        slice_rows = _slice_table(base)
+        if args.json:
+            print(json_lines(slice_rows))
+        else:
+            print("slice params  geryon img/s (paper)  endhost img/s (paper TicTac)")
+            for r in slice_rows:
+                print(f"{r['slice_params'] // 1024:>8}K    {r['geryon_images_per_s']:7.1f} ({r['paper_geryon']:.1f})"
+                      f"       {r['endhost_images_per_s']:7.1f} ({r['paper_tictac']:.1f})")
+    curve = _curve(base) if args.curve else None
+    if curve and not args.json:
+        for gbit, value in zip(*curve):
+            print(f"potential speedup VGG-19 at {gbit:>3} Gbit/s: {value:.3f}x")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "rows.json").write_text(json_lines(rows) + "\n")
+        (args.out / "table.md").write_text(markdown_table(rows) + "\n")
+        efficiency_chart(rows, args.out / "efficiency.png",
+                         f"simulated scaling efficiency ({base.workers} workers, {base.layout}; "
+                         "black: paper)")
+        if curve:
+            line_chart({"analytic (slides' model)": curve}, args.out / "speedup_vs_bandwidth.png",
+                       "VGG-19 potential speedup: pulls in order 1..L vs reverse",
+                       "bandwidth (Gbit/s)", "speedup", logx=True)
+        _say(args, f"wrote {args.out}/rows.json, table.md, efficiency.png"
+                   + (", speedup_vs_bandwidth.png" if curve else ""))
+    return 0
+
+
+def _slice_table(base: SimSetting) -> list[dict]:
+    """images/s of geryon and endhost at the paper's three slice sizes (VGG-19, 10GbE, 8 workers)."""
+    from geryon.sim.paper import PAPER_SLICING
+
+    setting = replace(base, model="vgg19", link="10gbe", bw_bps=LINKS["10gbe"], workers=8,
+                      layout="colocated", topology="star")
+    rows = []
+    for params, (geryon, tictac) in PAPER_SLICING.items():
+        cell = replace(setting, slice_params=params)
+        rows.append({"table": "slicing", "slice_params": params,
+                     "geryon_images_per_s": simulate(cell, "geryon")["images_per_s"],
+                     "endhost_images_per_s": simulate(cell, "endhost")["images_per_s"],
+                     "paper_geryon": geryon, "paper_tictac": tictac})
+    return rows
+
+
+def _curve(base: SimSetting):
+    profile = replace(base, model="vgg19").profile()
+    return (list(CURVE_GBIT),
+            [potential_speedup(profile, g * 1e9, base.compute_scale) for g in CURVE_GBIT])
+
+
+def _compare(args, base: SimSetting) -> int:
+    from geryon.sim.compare import compare, load_rows, summary
+
+    results, skipped = compare(load_rows(args.compare), base)
+    if args.json:
+        from geryon.sim.report import json_lines
+        print(json_lines(results))
+    else:
+        print(summary(results))
+        print(f"{len(results)} rows compared, {skipped} skipped (no iteration_s or not a policy)")
+    return 0

@@ -1,0 +1,129 @@
+"""Validate the simulator against measured rows of `geryon bench paper --json` (or its --out JSON).
+
+A measured row gives model, link, policy, workers, layout and iteration_s, and the emulation's
+scale: `time_scale` (paper compute = profile x time_scale; `compute_scale` is read too),
+`bw_bits` (the paper-scale link rate), else `link_rate_bits` (the emulated port) with `size_scale`
+and `wall_scale` (emulated seconds per paper second: link = link_rate_bits x wall_scale /
+size_scale, iteration = iteration_s / wall_scale). `slice_params`, `placement` and `servers` are
+used when present, in the row or in the file's `settings` object (bench paper's paper.json). Rows
+without iteration_s, or with a policy the simulator does not know (the `control-nolimit` row), are skipped and counted.
+
+The control row (same job, no bandwidth limit) measures the harness's own cost per iteration:
+`harness_s` = its iteration_s - its compute_s (same model and congestion control). The fluid model
+has no harness, so beside the plain error the comparison prints `adjusted_error`, the error of
+simulated + harness_s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+from geryon.errors import ConfigError
+from geryon.sim.paper import LINKS
+from geryon.sim.scenario import SimSetting, simulate
+from geryon.transport.policy import POLICIES
+
+
+def load_rows(path) -> list[dict]:
+    """Rows from a JSON array, an object with "rows", or JSON lines."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            data = [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path} is neither JSON nor JSON lines: {exc}") from None
+    if isinstance(data, dict):
+        settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
+        data = data.get("rows", [data])
+        if isinstance(data, list):
+            data = [{**{k: settings[k] for k in ("slice_params", "placement", "wall_scale",
+                                                  "size_scale") if k in settings}, **row}
+                    if isinstance(row, dict) else row for row in data]
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise ConfigError(f"{path}: expected a list of row objects (bench paper --json)")
+    return data
+
+
+def setting_for(row: dict, base: SimSetting) -> SimSetting:
+    """The simulated setting that replays one measured row."""
+    size_scale = float(row.get("size_scale") or 1.0)
+    wall_scale = float(row.get("wall_scale") or 1.0)
+    time_scale = float(row.get("time_scale") or row.get("compute_scale") or base.compute_scale)
+    if row.get("bw_bits"):
+        bits = float(row["bw_bits"])
+    elif row.get("link_rate_bits"):
+        bits = float(row["link_rate_bits"]) * wall_scale / size_scale
+    else:
+        bits = LINKS.get(str(row.get("link", "")).lower(), base.bw_bps)
+    placement = row.get("placement") if row.get("placement") in ("count", "bytes") else base.placement
+    return replace(base, model=str(row["model"]).lower(), link=row.get("link"), bw_bps=bits,
+                   workers=int(row.get("workers", base.workers)),
+                   servers=int(row["servers"]) if row.get("servers") else None,
+                   layout=str(row.get("layout", base.layout)), compute_scale=time_scale,
+                   slice_params=int(row.get("slice_params") or base.slice_params),
+                   placement=placement)
+
+
+def compare(rows: list[dict], base: SimSetting) -> tuple[list[dict], int]:
+    """Per measured row: simulated iteration time and relative error; and how many were skipped."""
+    out, skipped = [], 0
+    harness = {}
+    for row in rows:
+        if row.get("policy") == "control-nolimit" and row.get("iteration_s") and row.get("compute_s"):
+            harness[(str(row.get("model", "")).lower(), row.get("congestion"))] = (
+                float(row["iteration_s"]) - float(row["compute_s"])) / float(row.get("wall_scale") or 1.0)
+    for row in rows:
+        if row.get("policy") not in POLICIES or not row.get("iteration_s") or not row.get("model"):
+            skipped += 1
+            continue
+        setting = setting_for(row, base)
+        sim = simulate(setting, row["policy"])
+        measured = float(row["iteration_s"]) / float(row.get("wall_scale") or 1.0)
+        out.append({"model": setting.model, "link": row.get("link"), "policy": row["policy"],
+                    "congestion": row.get("congestion"),
+                    "workers": setting.workers, "layout": setting.layout,
+                    "time_scale": setting.compute_scale, "size_scale": row.get("size_scale"),
+                    "measured_s": measured, "simulated_s": sim["iteration_s"],
+                    "analytic_s": sim["analytic_iteration_s"],
+                    "error": sim["iteration_s"] / measured - 1,
+                    "harness_s": harness.get((setting.model, row.get("congestion"))),
+                    "analytic_error": sim["analytic_iteration_s"] / measured - 1})
+    for r in out:
+        r["adjusted_error"] = ((r["simulated_s"] + r["harness_s"]) / r["measured_s"] - 1
+                               if r["harness_s"] is not None else None)
+    return out, skipped
+
+
+def summary(results: list[dict]) -> str:
+    """Per row, then mean |error| per policy and per worker count."""
+    lines = ["model     link   policy   workers layout     cc     measured s  simulated s  error   "
+             "analytic err  +harness err"]
+    for r in results:
+        lines.append(f"{r['model']:9} {str(r.get('link') or '-'):6} {r['policy']:8} {r['workers']:7} {r['layout']:10} "
+                     f"{str(r.get('congestion') or '-'):6} "
+                     f"{r['measured_s']:10.3f}  {r['simulated_s']:11.3f}  {100 * r['error']:+5.1f}%  "
+                     f"{100 * r['analytic_error']:+5.1f}%        "
+                     + (f"{100 * r['adjusted_error']:+5.1f}%" if r["adjusted_error"] is not None else "-"))
+    for key in ("policy", "workers", "link", "congestion"):
+        groups = defaultdict(list)
+        adjusted = defaultdict(list)
+        for r in results:
+            groups[r[key]].append(abs(r["error"]))
+            if r["adjusted_error"] is not None:
+                adjusted[r[key]].append(abs(r["adjusted_error"]))
+        if adjusted:
+            lines.append(f"mean |error + harness| per {key}: " + ", ".join(
+                f"{k}: {100 * sum(v) / len(v):.1f}% (max {100 * max(v):.1f}%)"
+                for k, v in sorted(adjusted.items(), key=lambda kv: str(kv[0]))))
+        lines.append(f"mean |error| per {key}: " + ", ".join(
+            f"{k}: {100 * sum(v) / len(v):.1f}% (max {100 * max(v):.1f}%, n={len(v)})"
+            for k, v in sorted(groups.items(), key=lambda kv: str(kv[0]))))
+    return "\n".join(lines)

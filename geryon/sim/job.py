@@ -1,0 +1,256 @@
+"""A synchronous parameter-server job in the fluid network: compute, pushes, updates, pulls.
+
+Each worker runs:
+    forward  layer l = 0..L-1 starts when layer l-1 is done and every slice of layer l is pulled;
+    backward layers L-1..0 back to back; a layer's slices enter the push queues when its backward
+             ends; the pull of the next version is requested when the backward pass ends.
+A server updates a slice when every worker's push of it has arrived (+ `aggregation_s`) and sends
+it to a worker once updated and asked for (slices already updated go in plan order, as
+ParameterServer.control sends them). A worker on the server's own host (colocated layout) moves
+its share through memory, at once.
+
+Two granularities (`exact`):
+- aggregate (default): every worker computes alike, so ONE representative worker stands for all,
+  and each (server, direction, connection) is one flow group of all remote workers' connections
+  (fabric.py) -- state per server, not per pair: cheap at 1024 workers;
+- exact: every worker and every (worker, server, direction, connection) is simulated on its own
+  -- the reference that measures what the aggregation costs, for small clusters.
+A connection sends one frame at a time, the most urgent by the policy's send key; a started frame
+runs to its end (it is in the socket). The network moves from event to event (a frame reaches an
+idle connection, a frame completes, a compute step ends); rates (fabric.allocate) are recomputed
+only when the set of frames on the wire changed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from geryon.errors import ConfigError
+from geryon.sim.fabric import Fabric, GroupSet, allocate
+from geryon.sim.workload import Workload
+
+PUSH, PULL = 0, 1
+EXACT_LIMIT = 64   # workers: beyond this the exact model is too slow to be useful
+
+
+@dataclass
+class JobResult:
+    """What one simulated run produced (seconds)."""
+
+    iteration_end: list[float]          # backward end of each iteration (worker 0)
+    compute_s: float                    # forward + backward of one iteration
+    events: int = 0                     # rate recomputations
+    first_layer_wait: list[float] = field(default_factory=list)  # per iteration: stall before layer 0
+    wire_bytes: dict = field(default_factory=dict)   # network class -> bytes sent over links
+
+    def iteration_s(self, warmup: int = 1) -> float:
+        """Mean period between backward ends after `warmup` iterations."""
+        ends = self.iteration_end
+        if len(ends) < 2:
+            return ends[0] if ends else math.nan
+        start = min(warmup, len(ends) - 2)
+        return (ends[-1] - ends[start]) / (len(ends) - 1 - start)
+
+
+class _Worker:
+    """One worker's compute state (the representative one in the aggregate model)."""
+
+    def __init__(self, layers: int, counts: np.ndarray):
+        self.layer, self.clock, self.iteration = 0, 0.0, 0
+        self.counts = counts
+        self.pending = np.zeros(layers, dtype=np.int64)
+        self.pulled_at = np.zeros(layers)
+        self.requested = False
+        self.unsent = 0
+
+
+class PSJob:
+    """Simulate `workload` on `fabric` with per-layer compute `forward_s`/`backward_s`."""
+
+    def __init__(self, workload: Workload, fabric: Fabric, forward_s, backward_s,
+                 aggregation_s: float = 0.0, exact: bool = False, floor: float = 0.0):
+        self.w, self.fabric = workload, fabric
+        self.forward_s = np.asarray(forward_s, dtype=float)
+        self.backward_s = np.asarray(backward_s, dtype=float)
+        self.aggregation_s = float(aggregation_s)
+        self.exact = bool(exact)
+        self.floor = float(floor)
+        servers = len(fabric.server_host)
+        if exact and fabric.workers > EXACT_LIMIT:
+            raise ConfigError(f"the exact model is for at most {EXACT_LIMIT} workers; "
+                              "use the aggregate model (the default) beyond")
+        self.replicas = fabric.workers if exact else 1
+        flows = int(workload.flow.max()) + 1 if workload.slices else 1
+        count = servers * self.replicas * 2 * flows
+        gid = np.arange(count)
+        flow_of_group = gid % flows
+        direction = (gid // flows) % 2
+        replica = (gid // (2 * flows)) % self.replicas
+        server = gid // (2 * flows * self.replicas)
+        worker_hosts = np.flatnonzero(fabric.is_worker)
+        self.groups = GroupSet(fabric, fabric.server_host[server], direction == PULL,
+                               flow_of_group if workload.classes > 1 else np.zeros(count, dtype=np.int64),
+                               worker_hosts[replica] if exact else None)
+        self.flows = flows
+        layers = len(self.forward_s)
+        self.slices_of_layer = [np.flatnonzero(workload.layer == l) for l in range(layers)]
+        urgency = workload.tensor if workload.urgency_order else np.zeros(workload.slices, dtype=np.int64)
+        klass = workload.cls if workload.urgency_order else np.zeros(workload.slices, dtype=np.int64)
+        push_klass = klass if workload.push_flow is None or workload.push_flow is workload.flow \
+            else np.zeros_like(klass)
+        self.key_head = [list(zip(push_klass.tolist(), urgency.tolist())),
+                         list(zip(klass.tolist(), urgency.tolist()))]
+        self.flow_of = [workload.flow if workload.push_flow is None else workload.push_flow,
+                        workload.flow]
+
+    def group(self, slice_: int, direction: int, replica: int) -> int:
+        w = self.w
+        return int(((w.server[slice_] * self.replicas + replica) * 2 + direction) * self.flows
+                   + self.flow_of[direction][slice_])
+
+    def run(self, iterations: int) -> JobResult:
+        """Simulate until worker 0 finished `iterations` + 1 iterations (the first is warm-up)."""
+        w, layers, replicas = self.w, len(self.forward_s), self.replicas
+        groups = len(self.groups)
+        members = self.groups.members
+        nbytes = w.nbytes.astype(float)
+        queues: list[list] = [[] for _ in range(groups)]
+        head = np.full(groups, -1, dtype=np.int64)        # frame on the wire (see frame_id)
+        remaining = np.zeros(groups)
+        rate = np.zeros(groups)
+        seq = itertools.count()
+        timers: list = []        # (time, seq, kind, replica, payload)
+        counts = np.array([len(s) for s in self.slices_of_layer])
+        workers = [_Worker(layers, counts) for _ in range(replicas)]
+        arrived = np.zeros(w.slices, dtype=np.int64)      # pushes in for the current version
+        waiting = [[] for _ in range(replicas)]            # updated slices not yet asked for
+        result = JobResult([], float(self.forward_s.sum() + self.backward_s.sum()))
+        wire = np.zeros(max(1, w.classes))
+        cls_of_group = self.groups.cls
+        state = {"now": 0.0, "dirty": False}
+
+        def enqueue(slice_: int, direction: int, replica: int, t: float) -> None:
+            g = self.group(slice_, direction, replica)
+            if members[g] == 0:      # nobody remote on this connection: done at once
+                finish(slice_, direction, replica, t)
+                return
+            heapq.heappush(queues[g], (*self.key_head[direction][slice_], next(seq), slice_, direction, replica))
+            if head[g] < 0:
+                start_next(g)
+                state["dirty"] = True
+
+        frames = {}
+
+        def start_next(g: int) -> None:
+            if queues[g]:
+                *_, slice_, direction, replica = heapq.heappop(queues[g])
+                head[g] = 1
+                frames[g] = (slice_, direction, replica)
+                remaining[g] = nbytes[slice_]
+                wire[cls_of_group[g]] += nbytes[slice_] * members[g]
+            else:
+                head[g] = -1
+                remaining[g] = 0.0
+
+        def finish(slice_: int, direction: int, replica: int, t: float) -> None:
+            if direction == PUSH:
+                arrived[slice_] += self.fabric.workers if not self.exact else 1
+                if arrived[slice_] >= self.fabric.workers:
+                    arrived[slice_] = 0
+                    heapq.heappush(timers, (t + self.aggregation_s, next(seq), "updated", -1, slice_))
+                return
+            worker = workers[replica]
+            layer = int(w.layer[slice_])
+            worker.pending[layer] -= 1
+            worker.pulled_at[layer] = max(worker.pulled_at[layer], t)
+            if worker.pending[layer] == 0:
+                advance(replica)
+
+        def advance(replica: int) -> None:
+            # run the forward pass as far as pulled layers allow, then the whole backward pass
+            worker = workers[replica]
+            while worker.layer < layers and worker.pending[worker.layer] == 0:
+                layer = worker.layer
+                if layer == 0 and replica == 0:
+                    result.first_layer_wait.append(max(0.0, worker.pulled_at[0] - worker.clock))
+                worker.clock = max(worker.clock, worker.pulled_at[layer]) + self.forward_s[layer]
+                worker.layer += 1
+            if worker.layer < layers:
+                return
+            clock = worker.clock
+            for layer in reversed(range(layers)):
+                clock += self.backward_s[layer]
+                if len(self.slices_of_layer[layer]):
+                    heapq.heappush(timers, (clock, next(seq), "grad", replica, layer))
+            heapq.heappush(timers, (clock, next(seq), "request", replica, None))
+            if replica == 0:
+                result.iteration_end.append(clock)
+            worker.iteration += 1
+            worker.layer, worker.clock = 0, clock
+            worker.pending[:] = counts
+            worker.pulled_at[:] = 0.0
+
+        def send_pull(slice_: int, replica: int, t: float) -> None:
+            worker = workers[replica]
+            worker.unsent -= 1
+            if worker.unsent == 0:      # every slice of this version asked for is on its way
+                worker.requested = False
+            enqueue(slice_, PULL, replica, t)
+
+        def fire(kind: str, replica: int, payload, t: float) -> None:
+            if kind == "grad":
+                for slice_ in self.slices_of_layer[payload].tolist():
+                    enqueue(slice_, PUSH, replica, t)
+            elif kind == "request":
+                worker = workers[replica]
+                worker.requested, worker.unsent = True, w.slices
+                ready, waiting[replica] = sorted(waiting[replica]), []   # plan order
+                for slice_ in ready:
+                    send_pull(slice_, replica, t)
+            else:                       # "updated": to every worker, now or when it asks
+                for r in range(replicas):
+                    if workers[r].requested:
+                        send_pull(payload, r, t)
+                    else:
+                        waiting[r].append(payload)
+
+        for replica in range(replicas):   # iteration 0 starts with every parameter in place
+            advance(replica)
+        events = 0
+        while workers[0].iteration <= iterations:
+            busy = np.flatnonzero(head >= 0)
+            now = state["now"]
+            if state["dirty"]:
+                rate[:] = 0.0
+                if len(busy):
+                    rate[busy] = allocate(self.groups, busy, self.floor)
+                events += 1
+                state["dirty"] = False
+            t_done = math.inf
+            if len(busy):
+                with np.errstate(divide="ignore"):
+                    t_done = now + float((remaining[busy] / rate[busy]).min())
+            t = min(t_done, timers[0][0] if timers else math.inf)
+            if not math.isfinite(t):
+                raise RuntimeError("simulation stalled: no frame can move and no event is due")
+            if len(busy):
+                remaining[busy] -= rate[busy] * (t - now)
+            state["now"] = now = t
+            if len(busy):
+                done = busy[remaining[busy] <= 1e-9 * nbytes.max()]
+                for g in done.tolist():
+                    slice_, direction, replica = frames.pop(g)
+                    start_next(g)
+                    state["dirty"] = True
+                    finish(slice_, direction, replica, now)
+            while timers and timers[0][0] <= now:
+                _, _, kind, replica, payload = heapq.heappop(timers)
+                fire(kind, replica, payload, now)
+        result.events = events
+        result.wire_bytes = {c: float(b) for c, b in enumerate(wire)}
+        return result

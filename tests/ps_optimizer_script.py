@@ -1,0 +1,152 @@
+"""A tiny training script for the PS optimizer tests: one case per --case, final state_dict to --out.
+
+Alone (one process) it trains on the whole global batch; under geryon.launch each of the W workers
+trains on its slice of the same global batch, so every mode must end with the same parameters.
+"""
+
+import argparse
+import io
+import warnings
+
+import torch
+
+import geryon
+
+warnings.filterwarnings("error", message=".*lr_scheduler.step.*")
+warnings.filterwarnings("error", message=".*optimizer.step.*overridden.*")
+GLOBAL_BATCH, FEATURES, CLASSES = 8, 6, 3
+
+
+class Lamb(torch.optim.Optimizer):
+    """A small LAMB: Adam's direction scaled per tensor by ||p|| / ||update|| (needs whole tensors)."""
+
+    def __init__(self, params, lr=0.01, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"], state["m"], state["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
+                state["step"] += 1
+                state["m"].mul_(beta1).add_(p.grad, alpha=1 - beta1)
+                state["v"].mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                m = state["m"] / (1 - beta1 ** state["step"])
+                v = state["v"] / (1 - beta2 ** state["step"])
+                update = m / (v.sqrt() + group["eps"]) + group["weight_decay"] * p
+                trust = (p.norm() / update.norm()).clamp(max=10.0) if p.norm() > 0 else 1.0
+                p.add_(update, alpha=-group["lr"] * float(trust))
+
+
+def build(case: str):
+    torch.manual_seed(1)
+    layers = [torch.nn.Linear(FEATURES, 8)]
+    if case == "bn":
+        layers.append(torch.nn.BatchNorm1d(8))
+    layers += [torch.nn.ReLU(), torch.nn.Linear(8, CLASSES)]
+    return torch.nn.Sequential(*layers)
+
+
+def optimizer_for(case: str, model, steps: int):
+    """(optimizer, scheduler made before distribute or None, scheduler factory for after or None)."""
+    params = list(model.parameters())
+    if case == "sgd_steplr":
+        opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-3)
+        return opt, torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.1), None
+    if case == "sgd_onecycle":
+        opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True)
+        return opt, None, lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.5, total_steps=steps)
+    if case == "adamw_groups":
+        decay = [p for n, p in model.named_parameters() if n.endswith("weight")]
+        no_decay = [p for n, p in model.named_parameters() if n.endswith("bias")]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                                 {"params": no_decay, "weight_decay": 0.0, "lr": 0.02}], lr=0.01,
+                                betas=(0.8, 0.99))
+
+        def schedule(o):
+            warmup = torch.optim.lr_scheduler.LinearLR(o, start_factor=0.25, total_iters=2)
+            cosine = torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=steps - 2)
+            return torch.optim.lr_scheduler.SequentialLR(o, [warmup, cosine], milestones=[2])
+        return opt, None, schedule
+    if case in ("adam_amsgrad", "checkpoint"):
+        return torch.optim.Adam(params, lr=0.01, amsgrad=True, weight_decay=0.01), None, None
+    if case == "rmsprop":
+        return torch.optim.RMSprop(params, lr=0.01, momentum=0.5, centered=True), None, None
+    if case == "lamb":
+        return Lamb(params, lr=0.02), None, None
+    if case in ("clip", "torch_clip", "bn"):
+        return torch.optim.SGD(params, lr=0.5, momentum=0.9), None, None
+    raise SystemExit(f"unknown case {case}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--case", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--save-at", type=int, default=None, help="write a checkpoint after this many steps")
+    parser.add_argument("--checkpoint", default=None, help="where --save-at writes, --resume reads")
+    parser.add_argument("--resume", action="store_true", help="load --checkpoint before training")
+    args = parser.parse_args()
+    ctx = geryon.init()
+    torch.manual_seed(7)
+    inputs = torch.randn(args.steps, GLOBAL_BATCH, FEATURES)
+    labels = torch.randint(0, CLASSES, (args.steps, GLOBAL_BATCH))
+    part = GLOBAL_BATCH // ctx.world_size
+    mine = slice(ctx.rank * part, (ctx.rank + 1) * part)
+
+    model = build(args.case)
+    optimizer, scheduler, make_scheduler = optimizer_for(args.case, model, args.steps)
+    model, optimizer = geryon.distribute(model, optimizer)
+    if make_scheduler is not None:
+        scheduler = make_scheduler(optimizer)
+
+    def train(step: int) -> None:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(inputs[step][mine]), labels[step][mine]).backward()
+        if args.case == "clip":
+            geryon.clip_grad_norm_(optimizer, 0.05)
+        if args.case == "torch_clip":   # .grad must hold the averaged gradient (workers step)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+
+    first = 0
+    if args.resume:   # before the first forward: the state travels with the servers' starting point
+        checkpoint = torch.load(args.checkpoint, weights_only=True)
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        first = checkpoint["steps"]
+    if args.case == "checkpoint":   # save after 3 steps, train 2 more, load, redo them
+        for step in range(3):
+            train(step)
+        saved = io.BytesIO()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, saved)
+        for step in range(3, 5):
+            train(step)
+        checkpoint = torch.load(io.BytesIO(saved.getvalue()), weights_only=True)
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        for step in range(3, args.steps):
+            train(step)
+    else:
+        for step in range(first, args.steps):
+            train(step)
+            if step + 1 == args.save_at:
+                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "steps": step + 1}
+                if ctx.is_main:
+                    torch.save(state, args.checkpoint)
+    state = model.module.state_dict() if hasattr(model, "module") else model.state_dict()
+    if ctx.is_main:
+        torch.save({k: v.detach().clone() for k, v in state.items()}, args.out)
+        print("saved", args.out, flush=True)
+
+
+if __name__ == "__main__":
+    main()

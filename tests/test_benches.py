@@ -1,0 +1,41 @@
+"""Each `geryon bench` end to end, small: it runs, prints one JSON object per result line, and the
+fairness fields hold (same congestion control everywhere, the baseline's DSCP, bulk traffic seen)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from launch_support import REPO, clean_env
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+def _bench(*argv: str, timeout: float = 300) -> list[dict]:
+    result = subprocess.run([sys.executable, "-m", "geryon", "bench", *argv, "--json"], cwd=REPO, env=clean_env(),
+                            capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def test_bench_transport_baseline_shares_the_dscp_and_congestion_control():
+    records = _bench("transport", "--bw", "100mbit", "--size-mb", "1", "--iters", "1", "--policies",
+                     "geryon,vanilla", "--congestion", "cubic")
+    baselines = [r for r in records if r["system"] == "iperf3"]
+    assert sorted(r["dscp"] for r in baselines) == [0, 46]   # geryon's class 0 flow, vanilla's one flow
+    systems = [r for r in records if r["system"] in ("ps", "allreduce")]
+    assert len(systems) == 4 and all(r["congestion"] == "cubic" and r["ratio_vs_iperf3"] > 0 for r in systems)
+    assert {r["policy"]: r["baseline_dscp"] for r in systems} == {"geryon": 46, "vanilla": 0}
+
+
+def test_bench_allreduce_names_the_congestion_control_gloo_used_too():
+    records = _bench("allreduce", "--workers", "2", "--sizes", "1e5", "--iters", "1", "--congestion", "reno")
+    assert len(records) == 1
+    assert records[0]["congestion"] == "reno" and records[0]["ratio_vs_gloo"] > 0
+
+
+def test_bench_priority_saw_the_bulk():
+    records = _bench("priority", "--servers", "1", "--repeat", "1", "--policies", "geryon", "--burst-bytes",
+                     "65536", "--backlog-bytes", "1000000")
+    assert len(records) == 1 and records[0]["bulk_bytes_seen"] > 0 and records[0]["ratio_vs_unloaded"] > 0

@@ -1,0 +1,174 @@
+"""The user's optimizer on the parameter servers: its description as data, who steps, and exactness on
+loopback servers (per-iteration settings, skipped tensors, clipping by the global norm over 2 servers,
+optimizer state saved and loaded through the shards)."""
+
+import threading
+
+import pytest
+import torch
+
+from geryon.errors import ConfigError
+from geryon.runtime.ps_optimizer import choose_update
+from geryon.transport.config import TransportConfig
+from geryon.transport.ps import ParameterServer, PSWorker
+from geryon.transport.ps_optim import (STEP_HEADER, OptimizerSpec, check_groups, describe_optimizer,
+                                       full_state, hyper_vector, shard_state)
+
+
+def _model():
+    torch.manual_seed(1)
+    return torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+
+class Scaled(torch.optim.SGD):
+    """A subclass may change step(): not on the allow-list."""
+
+
+def test_who_steps():
+    params = list(_model().parameters())
+    assert choose_update(torch.optim.Adam(params), params)[0] == "server"
+    assert choose_update(torch.optim.Adam(params), params, "worker")[0] == "worker"
+    mode, spec, why = choose_update(Scaled(params, lr=0.1), params)
+    assert (mode, spec) == ("worker", None) and "Scaled" in why
+    assert choose_update(torch.optim.SGD(params, lr=torch.tensor(0.1)), params)[0] == "worker"
+    with pytest.raises(ConfigError, match="--ps-optimizer server: Scaled"):
+        choose_update(Scaled(params, lr=0.1), params, "server")
+    with pytest.raises(ConfigError, match="LBFGS"):
+        choose_update(torch.optim.LBFGS(params), params)
+    with pytest.raises(ConfigError, match="not one of the model's parameters"):
+        choose_update(torch.optim.SGD(params + [torch.nn.Parameter(torch.zeros(2))], lr=0.1), params)
+
+
+def test_spec_is_json_with_an_allow_list():
+    params = list(_model().parameters())
+    optimizer = torch.optim.Adam([{"params": params[:2], "lr": 0.1}, {"params": params[3:]}],
+                                 betas=(0.8, 0.9), amsgrad=True)
+    spec = describe_optimizer(optimizer, params)
+    assert spec.tensor_group == (0, 0, -1, 1)
+    again = OptimizerSpec.from_json(spec.to_json())
+    assert again.groups == spec.groups and again.tensor_group == spec.tensor_group
+    assert again.build(0, torch.zeros(3)).param_groups[0]["betas"] == (0.8, 0.9)
+    bad = spec.to_json().replace('"Adam"', '"os.system"')
+    with pytest.raises(ConfigError, match="cannot run on the parameter servers"):
+        OptimizerSpec.from_json(bad)
+
+
+def test_group_changes_numbers_yes_structure_no():
+    params = list(_model().parameters())
+    optimizer = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    spec = describe_optimizer(optimizer, params)
+    optimizer.param_groups[0]["lr"] = 0.05
+    optimizer.param_groups[0]["initial_lr"] = 0.1          # a scheduler made later: ignored
+    assert 0.05 in hyper_vector(check_groups(optimizer.param_groups, spec), spec)
+    optimizer.param_groups[0]["foreach"] = True
+    with pytest.raises(ConfigError, match="'foreach' changed"):
+        check_groups(optimizer.param_groups, spec)
+    optimizer.param_groups[0]["foreach"] = None
+    optimizer.add_param_group({"params": [torch.nn.Parameter(torch.zeros(1))]})
+    with pytest.raises(ConfigError, match="2 parameter groups"):
+        check_groups(optimizer.param_groups, spec)
+
+
+def test_state_splits_into_shards_and_back():
+    param = torch.nn.Parameter(torch.randn(4, 5))
+    optimizer = torch.optim.Adam([param])
+    param.grad = torch.randn(4, 5)
+    optimizer.step()
+    state = optimizer.state[param]
+    parts = [(0, shard_state(state, param, 0, 7)), (7, shard_state(state, param, 7, 13))]
+    assert parts[1][1]["exp_avg"].shape == (13,) and parts[1][1]["step"].dim() == 0
+    whole = full_state(parts, param)
+    assert all(torch.equal(whole[k], state[k]) for k in state)
+
+
+def _serve(workers, params, config, spec, work):
+    """Two servers with STEP frames and an in-process norm exchange; `work(rank, worker, local)`."""
+    servers = 2
+    partials, barrier = {}, threading.Barrier(servers)
+
+    def exchange(iteration, partial, index):
+        partials[(iteration, index)] = partial
+        barrier.wait(20)
+        return [partials[(iteration, j)] for j in range(servers)]
+
+    started = [ParameterServer(s, servers, workers, params, config, ("127.0.0.1", 0), optimizer=spec,
+                               step_frames=True,
+                               norm_exchange=lambda i, p, s=s: exchange(i, p, s))
+               for s in range(servers)]
+    addresses = [("127.0.0.1", s.port) for s in started]
+    results, errors = [None] * workers, []
+
+    def run(rank):
+        try:
+            local = [p.detach().clone() for p in params]
+            with PSWorker(rank, workers, addresses, local, config) as worker:
+                results[rank] = work(rank, worker, local)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(workers)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        for s in started:
+            s.close()
+    if errors:
+        raise errors[0]
+    return results
+
+
+@pytest.mark.parametrize("name", ["Adam", "RMSprop", "SGD"])
+def test_schedule_clipping_and_unused_tensors_follow_one_process(name):
+    """Per-step learning rates, clipping by the global norm and a frozen-by-usage layer, 2 servers."""
+    workers, iterations, batch = 2, 5, 4
+    settings = {"Adam": dict(lr=0.01, amsgrad=True), "RMSprop": dict(lr=0.01, momentum=0.5),
+                "SGD": dict(lr=0.1, momentum=0.9, weight_decay=0.01)}[name]
+    torch.manual_seed(5)
+    inputs = torch.randn(iterations, workers * batch, 10)
+    labels = torch.randint(0, 3, (iterations, workers * batch))
+    lrs = [settings["lr"] * f for f in (1.0, 0.5, 0.25, 2.0, 1.0)]
+    uses_head = [True, False, True, True, False]   # in some steps the last layer gets no gradient
+
+    def loss_of(model, x, y, i):
+        hidden = model[1](model[0](x))
+        return torch.nn.functional.cross_entropy(model[2](hidden), y) if uses_head[i] else hidden.square().mean()
+
+    reference = _model()
+    optimizer = getattr(torch.optim, name)(reference.parameters(), **settings)
+    for i in range(iterations):
+        optimizer.param_groups[0]["lr"] = lrs[i]
+        optimizer.zero_grad(set_to_none=True)
+        loss_of(reference, inputs[i], labels[i], i).backward()
+        torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.1)
+        optimizer.step()
+    model0 = _model()
+    spec = describe_optimizer(getattr(torch.optim, name)(model0.parameters(), **settings),
+                              list(model0.parameters()))
+    initial = [p.detach().clone() for p in model0.parameters()]
+    config = TransportConfig(secret="t", policy="geryon", slice_bytes=1024, timeout=20)
+
+    def work(rank, worker, local):
+        model = _model()
+        for p, t in zip(model.parameters(), local):
+            p.data = t
+        part = slice(rank * batch, (rank + 1) * batch)
+        for i in range(iterations):
+            worker.wait_all()
+            model.zero_grad(set_to_none=True)
+            loss_of(model, inputs[i][part], labels[i][part], i).backward()
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+            groups = [dict(spec.groups[0], lr=lrs[i])]
+            presence = [1.0 if p.grad is not None else 0.0 for p in model.parameters()]
+            worker.send_step(torch.tensor([1.0, 0.1, 2.0, *hyper_vector(groups, spec), *presence],
+                                          dtype=torch.float64))
+            worker.step(grads)
+        worker.wait_all()
+        return [p.detach().clone() for p in model.parameters()]
+
+    assert STEP_HEADER == 3
+    for result in _serve(workers, initial, config, spec, work):
+        for got, want in zip(result, reference.parameters()):
+            torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)

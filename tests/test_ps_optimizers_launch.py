@@ -1,0 +1,127 @@
+"""PS mode trains exactly like the user's optimizer: under `python -m geryon.launch --mode ps --local`
+with 2 workers and 2 servers, each case of tests/ps_optimizer_script.py ends with the parameters of one
+process trained on the concatenated batch (the tolerance of the other exactness tests), and with the
+parameters of --mode allreduce."""
+
+import pytest
+import torch
+
+from launch_support import PYTHON, REPO, run_launcher, run_stoppable
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = REPO / "tests" / "ps_optimizer_script.py"
+PS = ["--local", "--mode", "ps", "--workers", "2", "--servers", "2"]
+
+
+def _load(path):
+    return torch.load(path, weights_only=True)
+
+
+def _assert_same(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    """The final state_dict of one process on the global batch, per case (computed once)."""
+    cache = {}
+
+    def result(case: str) -> dict:
+        if case not in cache:
+            out = tmp_path_factory.mktemp("single") / f"{case}.pt"
+            run = run_stoppable([PYTHON, str(SCRIPT), "--case", case, "--out", str(out)], 120)
+            assert run.returncode == 0, run.stderr[-3000:]
+            cache[case] = _load(out)
+        return cache[case]
+
+    return result
+
+
+def _launch(tmp_path, case: str, *flags, script_args=()) -> tuple[dict, str]:
+    out = tmp_path / f"{case}.pt"
+    result = run_launcher(*flags, SCRIPT, "--case", case, "--out", out, *script_args, timeout=240)
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-3000:])
+    return _load(out), result.stdout
+
+
+@pytest.mark.parametrize("case,flags,who", [
+    ("sgd_steplr", [], "run SGD"),
+    ("sgd_onecycle", [], "run SGD"),
+    ("adamw_groups", [], "run AdamW"),
+    ("adam_amsgrad", [], "run Adam"),
+    ("rmsprop", [], "run RMSprop"),
+    ("lamb", [], "every worker runs Lamb"),
+    ("clip", [], "run SGD"),
+    ("torch_clip", ["--ps-optimizer", "worker"], "every worker runs SGD"),
+    ("checkpoint", [], "run Adam"),
+    ("checkpoint", ["--ps-optimizer", "worker"], "every worker runs Adam"),
+], ids=["sgd-steplr", "sgd-onecycle", "adamw-2groups-warmup-cosine", "adam-amsgrad", "rmsprop",
+        "lamb-workers-step", "clip-servers", "torch-clip-workers", "checkpoint-servers",
+        "checkpoint-workers"])
+def test_ps_equals_one_process(tmp_path, single, case, flags, who):
+    params, stdout = _launch(tmp_path, case, *PS, *flags)
+    assert who in stdout
+    _assert_same(params, single(case))
+
+
+@pytest.mark.parametrize("case", ["bn", "sgd_steplr"])
+def test_ps_equals_allreduce(tmp_path, case):
+    """The same script, BatchNorm buffers included (DDP's convention: worker 0's, every step)."""
+    ps, _ = _launch(tmp_path, case, *PS)
+    allreduce, _ = _launch(tmp_path, case, "--local", "--mode", "allreduce", "--workers", "2")
+    _assert_same(ps, allreduce)
+
+
+def test_torch_clipping_with_servers_stepping_is_refused(tmp_path):
+    """torch.nn.utils.clip_grad_norm_ after the gradients left would be lost: stop, say what to do."""
+    result = run_launcher(*PS, SCRIPT, "--case", "torch_clip", "--out", tmp_path / "x.pt", timeout=240)
+    assert result.returncode != 0
+    assert "optimizer.clip_grad_norm_(max_norm)" in result.stderr and "--ps-optimizer worker" in result.stderr
+
+
+def test_ps_mode_without_servers_clips_the_averaged_gradient(single):
+    """Under Slurm's variables alone (no launcher, no servers) ps mode averages with gloo when backward
+    ends, so torch's own clip_grad_norm_ sees the averaged gradient."""
+    import socket
+    import subprocess
+    import tempfile
+
+    from launch_support import clean_env
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory() as folder:
+        out = f"{folder}/torch_clip.pt"
+        processes = [subprocess.Popen(
+            [PYTHON, str(SCRIPT), "--case", "torch_clip", "--out", out], cwd=REPO, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS="2", SLURM_LOCALID=str(rank), GERYON_MODE="ps",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo"))
+            for rank in range(2)]
+        outputs = []
+        try:
+            for process in processes:
+                outputs.append(process.communicate(timeout=120))
+        finally:
+            for process in processes:
+                process.kill()
+                process.wait()
+        assert [p.returncode for p in processes] == [0, 0], outputs[0][1][-2000:] + outputs[1][1][-2000:]
+        _assert_same(_load(out), single("torch_clip"))
+
+
+@pytest.mark.parametrize("flags", [[], ["--ps-optimizer", "worker"]], ids=["servers", "workers"])
+def test_resume_from_a_checkpoint_of_one_process(tmp_path, single, flags):
+    """A checkpoint one process wrote after 3 steps, loaded before the first forward, trains on alike."""
+    checkpoint = tmp_path / "three.ckpt"
+    run = run_stoppable([PYTHON, str(SCRIPT), "--case", "adam_amsgrad", "--out", str(tmp_path / "full.pt"),
+                         "--save-at", "3", "--checkpoint", str(checkpoint)], 120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "exp_avg" in str(torch.load(checkpoint, weights_only=True)["optimizer"]["state"][0].keys())
+    params, _ = _launch(tmp_path, "adam_amsgrad", *PS, *flags,
+                        script_args=("--resume", "--checkpoint", checkpoint))
+    _assert_same(params, single("adam_amsgrad"))

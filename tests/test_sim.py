@@ -1,0 +1,172 @@
+"""The flow-level simulator: allocation, hand-computable jobs, aggregate vs exact, CLI, compare."""
+
+import json
+
+import numpy as np
+import pytest
+
+from geryon.categorize.profiles import LayerProfile, ProfileLayer
+from geryon.cli import main
+from geryon.errors import ConfigError
+from geryon.sim.compare import compare, load_rows
+from geryon.sim.fabric import GroupSet, allocate, build_fabric
+from geryon.sim.job import PSJob
+from geryon.sim.scenario import SimSetting, simulate
+from geryon.sim.workload import build_workload
+
+GBIT = 1e9
+
+
+def profile(layers):
+    """layers: (name, type, forward ms, backward ms, bytes)."""
+    return LayerProfile("toy", 32, "test", tuple(
+        ProfileLayer(n, t, f * 1e6, b * 1e6, p) for n, t, f, b, p in layers))
+
+
+def test_max_min_and_strict_priority_on_a_shared_port():
+    fabric = build_fabric(3, 3, "colocated", 8 * GBIT)   # 1 GB/s per link
+    # two push groups into server 0 (2 remote members each on host 0's down link)
+    groups = GroupSet(fabric, host=[0, 0], pull=[False, False], cls=[0, 0])
+    rates = allocate(groups, np.array([0, 1]))
+    assert rates == pytest.approx([0.25e9, 0.25e9])
+    groups = GroupSet(fabric, host=[0, 0], pull=[False, False], cls=[0, 1])
+    assert allocate(groups, np.array([0, 1])) == pytest.approx([0.5e9, 0.0])
+    # a floor guarantees the low class its share
+    assert allocate(groups, np.array([0, 1]), floor=0.2) == pytest.approx([0.4e9, 0.1e9])
+
+
+def test_single_worker_iteration_is_compute():
+    prof = profile([("c1", "Conv2D", 2, 4, 1000), ("d1", "Dense", 1, 3, 5000)])
+    fabric = build_fabric(1, 1, "colocated", GBIT)
+    workload = build_workload(prof, "geryon", 1, 1024)
+    result = PSJob(workload, fabric, [0.002, 0.001], [0.004, 0.003]).run(3)
+    assert result.iteration_s() == pytest.approx(0.010)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_two_workers_one_tensor_known_time(exact):
+    # vanilla: the tensor lives on server 0; worker 1 pushes 1 MB then pulls it back at 1 GB/s
+    prof = profile([("d1", "Dense", 10, 20, 1_000_000)])
+    fabric = build_fabric(2, 2, "colocated", 8 * GBIT)
+    workload = build_workload(prof, "vanilla", 2, 1 << 30)
+    result = PSJob(workload, fabric, [0.010], [0.020], exact=exact).run(4)
+    assert result.iteration_s() == pytest.approx(0.030 + 2 * 0.001, rel=1e-6)
+
+
+def test_aggregate_matches_exact_on_a_symmetric_job():
+    prof = profile([("c1", "Conv2D", 3, 6, 400_000), ("c2", "Conv2D", 2, 4, 800_000),
+                    ("d1", "Dense", 1, 2, 4_000_000)])
+    fabric = build_fabric(4, 4, "separate", 8 * GBIT)
+    for policy in ("slicing", "endhost", "geryon"):
+        workload = build_workload(prof, policy, 4, 250_000)
+        a = PSJob(workload, fabric, [0.003, 0.002, 0.001], [0.006, 0.004, 0.002]).run(4)
+        e = PSJob(workload, fabric, [0.003, 0.002, 0.001], [0.006, 0.004, 0.002], exact=True).run(4)
+        assert a.iteration_s() == pytest.approx(e.iteration_s(), rel=0.02), policy
+
+
+def test_geryon_beats_fifo_when_the_network_binds():
+    prof = profile([("c1", "Conv2D", 5, 10, 200_000), ("c2", "Conv2D", 5, 10, 200_000),
+                    ("d1", "Dense", 1, 1, 8_000_000)])
+    fabric = build_fabric(4, 4, "colocated", 8 * GBIT)
+    times = {}
+    for policy in ("slicing", "geryon"):
+        workload = build_workload(prof, policy, 4, 100_000)
+        times[policy] = PSJob(workload, fabric, [0.005, 0.005, 0.001], [0.01, 0.01, 0.001]).run(4).iteration_s()
+    assert times["geryon"] < times["slicing"]
+
+
+def test_leafspine_oversubscription_slows_the_job():
+    prof = profile([("c1", "Conv2D", 5, 10, 2_000_000), ("d1", "Dense", 1, 1, 8_000_000)])
+    times = []
+    for ratio in (1, 8):
+        fabric = build_fabric(8, 8, "colocated", 8 * GBIT, "leafspine", ratio, hosts_per_leaf=4)
+        workload = build_workload(prof, "endhost", 8, 500_000)
+        times.append(PSJob(workload, fabric, [0.005, 0.001], [0.01, 0.001]).run(3).iteration_s())
+    assert times[1] > times[0]
+
+
+def test_bad_settings_are_typed_errors():
+    with pytest.raises(ConfigError):
+        SimSetting(workers=2000)
+    with pytest.raises(ConfigError):
+        build_fabric(2, 2, "sideways", GBIT)
+    with pytest.raises(ConfigError):
+        PSJob(build_workload(profile([("d", "Dense", 1, 1, 10)]), "slicing", 1, 1024),
+              build_fabric(100, 1, "separate", GBIT), [0.001], [0.001], exact=True)
+
+
+def test_compare_reads_bench_paper_rows(tmp_path):
+    # a hand-made bench paper result: 2 workers, 1% sizes on 100 Mbit/s ports = 10 Gbit/s equivalent
+    rows = [{"model": "vgg19", "link": "10gbe", "policy": "vanilla", "workers": 2, "layout": "colocated",
+             "iteration_s": 2.0, "scaling_efficiency": 0.5, "time_scale": 9.5, "size_scale": 0.01,
+             "bw_bits": 10e9},
+            {"model": "vgg19", "policy": "geryon", "workers": 2, "iteration_s": 2.0, "time_scale": 9.5,
+             "link_rate_bits": 100e6},   # optional fields missing: paper.json's settings fill them
+            {"model": "vgg19", "policy": "control-nolimit", "iteration_s": 1.4, "compute_s": 1.2}]
+    path = tmp_path / "paper.json"
+    path.write_text(json.dumps({"settings": {"size_scale": 0.01, "wall_scale": 1.0,
+                                             "slice_params": 1048576}, "rows": rows}))
+    results, skipped = compare(load_rows(path), SimSetting(iterations=2))
+    assert skipped == 1 and len(results) == 2
+    for r in results:
+        assert r["simulated_s"] > 0 and r["error"] == pytest.approx(r["simulated_s"] / 2.0 - 1)
+    assert {r["time_scale"] for r in results} == {9.5}
+    for r in results:   # the control row's harness cost (1.4 - 1.2 s) is added before comparing
+        assert r["harness_s"] == pytest.approx(0.2)
+        assert r["adjusted_error"] == pytest.approx((r["simulated_s"] + 0.2) / 2.0 - 1)
+    assert results[0]["simulated_s"] == pytest.approx(results[1]["simulated_s"], rel=0.5)
+    lines = path.with_suffix(".jsonl")
+    lines.write_text("\n".join(json.dumps(r) for r in rows))
+    assert len(load_rows(lines)) == 3
+
+
+def test_sim_cli_json_rows(capsys):
+    assert main(["sim", "--model", "vgg19", "--compute-scale", "9.5", "--iterations", "2",
+                 "--policy", "vanilla,geryon", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [r["policy"] for r in rows] == ["vanilla", "geryon"]
+    assert rows[0]["paper_scaling_efficiency"] == pytest.approx(0.269)
+    assert 0 < rows[0]["scaling_efficiency"] <= 1 and rows[1]["speedup_vs_vanilla"] > 1
+
+
+def test_calibrated_scale_hits_the_paper_cell():
+    from geryon.sim.scenario import calibrate
+    scale = calibrate()
+    row = simulate(SimSetting(compute_scale=scale, iterations=4), "vanilla")
+    assert row["compute_s"] / row["iteration_s"] == pytest.approx(0.269, abs=0.002)
+
+
+def test_sim_cli_slice_table(capsys):
+    assert main(["sim", "--model", "vgg19", "--policy", "vanilla", "--compute-scale", "9.5",
+                 "--iterations", "2", "--slice-table", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    table = [r for r in rows if r.get("table") == "slicing"]
+    assert [r["slice_params"] for r in table] == [1024 * 1024, 512 * 1024, 256 * 1024]
+    assert all(r["geryon_images_per_s"] > 0 and r["paper_geryon"] > 0 for r in table)
+
+
+def test_analytic_estimate_and_potential_speedup():
+    from geryon.sim.scenario import analytic_s, effective_bandwidth, potential_speedup
+    setting = SimSetting(model="vgg19", compute_scale=9.5, workers=8)
+    assert effective_bandwidth(setting) == pytest.approx(10e9 * 8 / 14)
+    compute = setting.profile().forward_ns * 9.5e-9 + setting.profile().backward_ns * 9.5e-9
+    assert analytic_s(setting, "geryon") >= compute * 0.999
+    assert analytic_s(setting, "vanilla") >= analytic_s(setting, "geryon")
+    # forward-order pulls never lose to reverse order; the gain vanishes at high bandwidth
+    assert potential_speedup(setting.profile(), 10e9, 9.5) > 1.2
+    assert potential_speedup(setting.profile(), 400e9, 9.5) == pytest.approx(1.0, abs=0.02)
+
+
+def test_whatif_point_fields():
+    from geryon.sim.whatif import point
+    row = point(SimSetting(model="resnet50", compute_scale=9.5, iterations=1))
+    assert row["gain"] == pytest.approx(row["endhost_s"] / row["geryon_s"])
+    assert 0 < row["efficiency_geryon"] <= 1.0 + 1e-9
+
+
+def test_byte_placement_balances_servers():
+    from geryon.sim.scenario import SimSetting as Setting
+    prof = Setting(model="resnet50").profile()
+    count = build_workload(prof, "slicing", 8, 4 << 20).bytes_per_server(8)
+    balanced = build_workload(prof, "slicing", 8, 4 << 20, placement="bytes").bytes_per_server(8)
+    assert balanced.max() - balanced.min() < count.max() - count.min()
