@@ -19,7 +19,7 @@ def parse_rate(text: str | int) -> int:
     if isinstance(text, int) and not isinstance(text, bool):
         value, unit = float(text), ""
     else:
-        match = _RATE.match(str(text).lower())
+        match = _RATE.fullmatch(str(text).lower())
         if not match or match.group(2) not in _UNITS:
             raise RateError(
                 f"unknown rate {text!r}: use a number with a unit such as 100mbit, 1gbit, 500kbit or 2.5gbps")

@@ -23,6 +23,8 @@ import threading
 import time
 import warnings
 
+from geryon.safefiles import replace_file
+
 PART_SUFFIX = ".part.json"
 COMPUTE_TRACK = 0
 SERVER_PID_BASE = 1000
@@ -160,10 +162,7 @@ class RankTimeline:
         path = part_path(self.path, self.rank_name)
         with self._lock:
             events = list(self.events)
-        temporary = f"{path}.tmp"
-        with open(temporary, "w") as handle:
-            json.dump({"traceEvents": events}, handle)
-        os.replace(temporary, path)
+        replace_file(path, json.dumps({"traceEvents": events}))
         return path
 
 
@@ -195,10 +194,7 @@ def merge_parts(timeline: str, remove: bool = True) -> int:
             continue  # a rank killed while writing: its part is skipped
     trace = {"traceEvents": events, "displayTimeUnit": "ms",
              "otherData": {"producer": "geryon", "ranks": ranks}}
-    temporary = f"{timeline}.tmp"
-    with open(temporary, "w") as handle:
-        json.dump(trace, handle)
-    os.replace(temporary, timeline)
+    replace_file(timeline, json.dumps(trace))
     if remove:
         for part in parts:
             try:

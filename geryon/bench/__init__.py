@@ -15,4 +15,8 @@ together is a composition point, and lives here rather than inside one of them.
   threshold      `EmulatedThresholdBench`: the threshold search and the exhaustive sweep measured on
                  replayed VGG-19/ResNet-50 workers over the real transport on an emulated cluster
                  (`geryon bench threshold --backend emulated`)
+  paper          `geryon bench paper`: the paper's scaling table on replayed models, 8 colocated hosts,
+                 policies interleaved, one calibrated compute scale (paper_cli, paper_math: figures,
+                 scaling and row arithmetic; paper_job: the live-switched job; paper_report: Markdown
+                 and PNG; paper_trace: forward waits from its timelines)
 """

@@ -10,6 +10,8 @@ the same run.
         the backend that measured.
     geryon bench transport | allreduce | priority
         the transport against iperf3, against gloo, and an urgent burst under bulk (geryon.bench.transport)
+    geryon bench paper --model vgg19 [--link 10gbe|40gbe] [--json] [--out DIR]
+        the paper's scaling table on replayed models (geryon.bench.paper; its options in paper_cli)
 """
 
 import json
@@ -21,6 +23,9 @@ from geryon.errors import ConfigError
 
 
 def add_commands(commands, bench) -> None:
+    from geryon.bench import paper_cli
+
+    paper_cli.add_commands(commands, bench)
     bench_threshold = bench.add_parser("threshold", help="threshold search vs exhaustive sweep")
     bench_threshold.add_argument("--model", default="vgg19", help="profile name (default vgg19)")
     bench_threshold.add_argument("--workers", type=int, default=1,

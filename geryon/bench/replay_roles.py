@@ -46,10 +46,11 @@ import time
 import torch
 
 from geryon import envvars
-from geryon.categorize.classes import threshold_split
+from geryon.categorize.classes import coarse_split, threshold_split
 from geryon.categorize.profiles import resolve_profile
 from geryon.categorize.replay import SLEEP_MARGIN_S, ReplayedModel
 from geryon.errors import GeryonError
+from geryon.timeline import RankTimeline
 from geryon.transport import ParameterServer, PSWorker, TransportConfig
 
 LEARNING_RATE = 2.0 ** -10
@@ -81,29 +82,54 @@ def params_digest(tensors) -> str:
     return digest.hexdigest()
 
 
-def _config(args) -> TransportConfig:
-    return TransportConfig(secret=os.environ.get(envvars.JOB_SECRET, ""), job_id=args.job, policy=args.policy,
+# what `connect`/`listen` may change per connection (bench paper switches policies without restarting)
+TRANSPORT_OVERRIDES = ("policy", "slice_bytes", "congestion", "notsent_lowat", "placement",
+                       "within_class", "priority")
+
+
+def _config(args, overrides: dict | None = None, tracer=None) -> TransportConfig:
+    settings = {"policy": args.policy, "slice_bytes": args.slice_bytes, "congestion": args.congestion,
+                "notsent_lowat": 128 * 1024, "placement": "count"}
+    settings.update({k: v for k, v in (overrides or {}).items()
+                     if k in settings and v is not None})
+    return TransportConfig(secret=os.environ.get(envvars.JOB_SECRET, ""), job_id=args.job,
+                           policy=settings["policy"],
                            class_dscp=tuple(int(d) for d in args.dscp.split(",")),
-                           slice_bytes=args.slice_bytes, timeout=args.timeout,
-                           tcp_congestion=args.congestion or None)
+                           slice_bytes=int(settings["slice_bytes"]), timeout=args.timeout,
+                           tcp_congestion=settings["congestion"] or None,
+                           notsent_lowat=settings["notsent_lowat"] or None,
+                           placement=settings["placement"], tracer=tracer)
+
+
+def _check_overrides(overrides: dict | None) -> dict:
+    unknown = sorted(set(overrides or {}) - set(TRANSPORT_OVERRIDES))
+    if unknown:
+        raise ValueError(f"unknown transport settings {unknown}; known: {', '.join(TRANSPORT_OVERRIDES)}")
+    return dict(overrides or {})
 
 
 def _replayed_model(args) -> ReplayedModel:
     # on 2 shared cores, W spinning workers starve the servers and the kernel's forwarding, so the
     # bench may spin less than the replay's default (--spin-margin)
     return ReplayedModel(resolve_profile(args.model, batch=args.batch), time_scale=args.time_scale,
-                         size_scale=args.size_scale, gradient_value=1.0, spin_margin=args.spin_margin)
+                         size_scale=args.size_scale, gradient_value=1.0, spin_margin=args.spin_margin,
+                         async_push=args.async_push)
 
 
-def _priorities(ranking, threshold: float, args):
+def _priorities(ranking, threshold: float, args, overrides: dict | None = None):
     """The assignment for `threshold` and the transport's (class, urgency) per tensor.
 
     Within a class the send queues order by urgency ("urgency": end-host scheduling on top of the
     network's) or by arrival ("fifo": urgency 0 for all, the paper's Geryon, where only the
     network's priority queues reorder traffic, and the analytic model's assumption).
+    overrides["priority"] == "coarse" takes the slides' CONV/FC split instead of the threshold.
     """
-    assignment = threshold_split(ranking, [threshold], metric=args.metric, max_classes=2)
-    fifo = args.within_class == "fifo"
+    overrides = overrides or {}
+    if overrides.get("priority") == "coarse":
+        assignment = coarse_split(ranking, max_classes=2)
+    else:
+        assignment = threshold_split(ranking, [threshold], metric=args.metric, max_classes=2)
+    fifo = (overrides.get("within_class") or args.within_class) == "fifo"
     return assignment, [(cls, 0 if fifo else index) for index, cls in enumerate(assignment.class_of)]
 
 
@@ -127,24 +153,40 @@ class ReplayedWorker:
         self.params = [self.model.parameters[p.name] for p in self.ranking]
         self.transport: LayerwisePSWorker | None = None
         self.blocked_s = 0.0
+        self.offline = False                 # compute only: no pulls, no pushes
+        self.timeline: RankTimeline | None = None
         self.model.add_pull_hook(self._before_forward)
         self.model.add_push_hook(self._after_backward)
+        self.model.add_layer_hook(self._layer_done)
 
     def _before_forward(self, _index, name) -> None:
         tensor = self.tensor_of.get(name)
-        if tensor is not None:
+        if tensor is not None and not self.offline:
             entered = time.perf_counter()
             self.transport.wait_param(tensor)
-            self.blocked_s += time.perf_counter() - entered
+            left = time.perf_counter()
+            self.blocked_s += left - entered
+            if self.timeline is not None and left - entered > 1e-4:
+                self.timeline.span(f"wait {name}", "wait", _wall(entered), _wall(left),
+                                   args={"tensor": tensor})
 
     def _after_backward(self, _index, name, gradient) -> None:
-        self.transport.push_tensor(self.tensor_of[name], gradient)
+        if not self.offline:
+            self.transport.push_tensor(self.tensor_of[name], gradient)
 
-    def connect(self, threshold: float, servers) -> dict:
-        assignment, priorities = _priorities(self.ranking, threshold, self.args)
+    def _layer_done(self, kind, _index, name, start, end) -> None:
+        if self.timeline is not None:
+            self.timeline.span(f"{kind} {name}", kind, _wall(start), _wall(end))
+
+    def connect(self, threshold: float, servers, transport: dict | None = None,
+                trace: str | None = None) -> dict:
+        overrides = _check_overrides(transport)
+        assignment, priorities = _priorities(self.ranking, threshold, self.args, overrides)
+        self.timeline = RankTimeline(trace, f"worker{self.args.rank}") if trace else None
+        tracer = self.timeline.transfer if self.timeline is not None else None
         self.transport = LayerwisePSWorker(self.args.rank, self.args.workers,
                                            [tuple(s) for s in servers], self.params,
-                                           _config(self.args), priorities)
+                                           _config(self.args, overrides, tracer), priorities)
         return {"assignment": assignment.digest(), "plan": self.transport.digest.hex()}
 
     def step(self) -> dict:
@@ -153,12 +195,39 @@ class ReplayedWorker:
         self.transport.next_iteration()
         return {"seconds": seconds, "blocked_s": self.blocked_s}
 
+    def run(self, iterations: int) -> dict:
+        """`iterations` steps back to back (no driver round trip between them); each one's record."""
+        steps = []
+        for _ in range(int(iterations)):
+            started = time.time()
+            record = self.step()
+            steps.append({**record, "start": started})
+        return {"steps": steps}
+
+    def scale(self, time_scale: float) -> dict:
+        """Replay compute at `time_scale` x the profiled times from the next step on (calibration)."""
+        if float(time_scale) <= 0:
+            raise ValueError(f"time_scale must be > 0, got {time_scale}")
+        self.model.time_scale = float(time_scale)
+        return {"time_scale": self.model.time_scale, "compute_s": self.model.compute_s}
+
+    def compute(self, iterations: int) -> dict:
+        """Compute only (no transport): the seconds of each of `iterations` replayed steps."""
+        self.offline = True
+        try:
+            return {"seconds": [self.model.step() for _ in range(int(iterations))],
+                    "nominal_s": self.model.compute_s}
+        finally:
+            self.offline = False
+
     def drain(self) -> dict:
         self.transport.wait_all()
         self.transport.close()
         self.transport = None
+        trace = _save_timeline(self.timeline)
+        self.timeline = None
         return {"applied": applied_updates(self.params), "digest": params_digest(self.params),
-                "threads": threading.active_count()}
+                "threads": threading.active_count(), "trace": trace}
 
 
 class ReplayedServer:
@@ -170,11 +239,26 @@ class ReplayedServer:
         self.ranking = model.profile.ranking()
         self.params = [model.parameters[p.name] for p in self.ranking]
         self.server: ParameterServer | None = None
+        self.timeline: RankTimeline | None = None
 
-    def listen(self, threshold: float) -> dict:
-        assignment, priorities = _priorities(self.ranking, threshold, self.args)
+    def listen(self, threshold: float, transport: dict | None = None, trace: str | None = None,
+               applied: int | None = None) -> dict:
+        """Serve with the classes of `threshold` (and `transport` settings) on a fresh port.
+
+        `applied`: the updates every rank applied so far (checked at the last drain). A new shard
+        plan (another policy or slice size) gives this server slices it did not hold, so every
+        parameter is set to the value n applied updates give (-n * LEARNING_RATE everywhere).
+        """
+        overrides = _check_overrides(transport)
+        if applied is not None:
+            for tensor in self.params:
+                tensor.fill_(-int(applied) * LEARNING_RATE)
+        assignment, priorities = _priorities(self.ranking, threshold, self.args, overrides)
+        self.timeline = RankTimeline(trace, f"server{self.args.index}") if trace else None
+        tracer = self.timeline.transfer if self.timeline is not None else None
         self.server = ParameterServer(self.args.index, self.args.servers, self.args.workers, self.params,
-                                      _config(self.args), ("0.0.0.0", 0), priorities, lr=LEARNING_RATE)
+                                      _config(self.args, overrides, tracer), ("0.0.0.0", 0), priorities,
+                                      lr=LEARNING_RATE)
         return {"port": self.server.port, "assignment": assignment.digest(),
                 "plan": self.server.digest.hex()}
 
@@ -186,7 +270,22 @@ class ReplayedServer:
             shards.append(value)
         self.server.close()
         self.server = None
-        return {"applied": applied_updates(shards), "shards": len(shards), "threads": threading.active_count()}
+        trace = _save_timeline(self.timeline)
+        self.timeline = None
+        return {"applied": applied_updates(shards), "shards": len(shards), "threads": threading.active_count(),
+                "trace": trace}
+
+
+_WALL_OFFSET = time.time() - time.perf_counter()
+
+
+def _wall(perf: float) -> float:
+    """time.perf_counter() seconds as time.time() seconds (the timeline's clock)."""
+    return perf + _WALL_OFFSET
+
+
+def _save_timeline(timeline: RankTimeline | None) -> str | None:
+    return timeline.save() if timeline is not None else None
 
 
 def serve_commands(role, handlers: dict) -> None:
@@ -226,6 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--spin-margin", type=float, default=SLEEP_MARGIN_S,
                         help="seconds of busy-wait at the end of each replayed layer (default 1 ms)")
     parser.add_argument("--congestion", default="", help="TCP congestion control (default: the system's)")
+    parser.add_argument("--async-push", action="store_true",
+                        help="push hooks overlap the next layers' compute (GPU-like) instead of delaying them")
     parser.add_argument("--job", type=int, default=4)
     return parser
 
@@ -238,6 +339,7 @@ def main(argv=None) -> int:
         if args.role == "worker":
             worker = ReplayedWorker(args)
             serve_commands("worker", {"connect": worker.connect, "step": worker.step,
+                                      "run": worker.run, "compute": worker.compute, "scale": worker.scale,
                                       "drain": worker.drain})
         else:
             server = ReplayedServer(args)

@@ -36,10 +36,13 @@ class ReplayedModel:
     """Profiled compute with real parameter and gradient tensors and per-layer hooks."""
 
     def __init__(self, profile: LayerProfile, time_scale: float = 1.0, size_scale: float = 1.0,
-                 gradient_value: float = 1.0, spin_margin: float = SLEEP_MARGIN_S):
+                 gradient_value: float = 1.0, spin_margin: float = SLEEP_MARGIN_S,
+                 async_push: bool = False):
         """spin_margin: seconds of busy-wait at the end of each layer's time (sub-ms precision);
         less spinning leaves more CPU to others (several replayed workers on few cores) at the
-        cost of time.sleep's overshoot."""
+        cost of time.sleep's overshoot. async_push: the push hooks' CPU time overlaps the next
+        layers' compute (as a GPU's backward kernels run on while the CPU hands a gradient to the
+        transport) instead of delaying them."""
         import torch
 
         if time_scale < 0 or size_scale <= 0:
@@ -51,6 +54,7 @@ class ReplayedModel:
         self.size_scale = float(size_scale)
         self.gradient_value = float(gradient_value)
         self.spin_margin = float(spin_margin)
+        self.async_push = bool(async_push)
         self.parameters: dict = {}
         self.gradients: dict = {}
         for layer in profile.layers:
@@ -60,6 +64,7 @@ class ReplayedModel:
                 self.gradients[layer.name] = torch.zeros(numel, dtype=torch.float32)
         self._pull_hooks = []
         self._push_hooks = []
+        self._layer_hooks = []
 
     def add_pull_hook(self, hook) -> None:
         """hook(layer_index, layer_name): called before layer's forward; block here until pulled."""
@@ -68,6 +73,11 @@ class ReplayedModel:
     def add_push_hook(self, hook) -> None:
         """hook(layer_index, layer_name, gradient): called when a layer's gradient is ready."""
         self._push_hooks.append(hook)
+
+    def add_layer_hook(self, hook) -> None:
+        """hook(kind, layer_index, layer_name, start, end): a layer's compute ran from start to end
+        (time.perf_counter seconds; kind "forward" or "backward"), for timelines."""
+        self._layer_hooks.append(hook)
 
     def ranking(self) -> list[RankedParameter]:
         """Urgency ranking of the replayed tensors (forward order, scaled sizes)."""
@@ -89,23 +99,30 @@ class ReplayedModel:
                 hook(index, layer.name)
             # Deadlines chain from the previous one, so wake-up overshoots do not add up;
             # time spent in a hook (blocked on a pull) does push the schedule back.
-            clock += time.perf_counter() - entered + layer.forward_ns * 1e-9 * self.time_scale
+            computing = time.perf_counter()
+            clock += computing - entered + layer.forward_ns * 1e-9 * self.time_scale
             wait_until(clock, self.spin_margin)
+            for hook in self._layer_hooks:
+                hook("forward", index, layer.name, computing, time.perf_counter())
 
     def backward(self) -> None:
         clock = time.perf_counter()
         for index in reversed(range(len(self.profile.layers))):
             layer = self.profile.layers[index]
+            computing = time.perf_counter()
             clock += layer.backward_ns * 1e-9 * self.time_scale
             gradient = self.gradients.get(layer.name)
             if gradient is not None:
                 gradient.fill_(self.gradient_value)
             wait_until(clock, self.spin_margin)
+            for hook in self._layer_hooks:
+                hook("backward", index, layer.name, computing, time.perf_counter())
             if gradient is not None:
                 entered = time.perf_counter()
                 for hook in self._push_hooks:
                     hook(index, layer.name, gradient)
-                clock += time.perf_counter() - entered
+                if not self.async_push:
+                    clock += time.perf_counter() - entered
 
     def step(self) -> float:
         """One iteration (forward then backward); returns its wall-clock seconds."""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from geryon import envvars
 from geryon.errors import EmulationError
+from geryon.safefiles import create_exclusive, replace_file
 
 DEFAULT_STATE_BASE = "/run/geryon"
 STATE_DIR_ENV = envvars.STATE_DIR
@@ -31,9 +32,7 @@ def write_record(name: str, description: dict) -> Path:
     """Write the record atomically (a reader never sees half a file)."""
     path = record_path(name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".json.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(description, indent=2, sort_keys=True) + "\n")
     return path
 
 
@@ -78,10 +77,4 @@ def claim_record(name: str, pid: int | None = None) -> bool:
     """
     path = record_path(name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as out:
-        json.dump({"name": name, "state": "building", "pid": pid or os.getpid()}, out)
-    return True
+    return create_exclusive(path, json.dumps({"name": name, "state": "building", "pid": pid or os.getpid()}))

@@ -103,7 +103,7 @@ class Topology:
 
 def check_name(name: str) -> str:
     """Return `name` if it is a valid cluster name, else raise ConfigError saying what is allowed."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError(
             f"bad cluster name {name!r}: use 1 to {MAX_NAME_LEN} lowercase letters or digits, e.g. 'demo'")
     return name

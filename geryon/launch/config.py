@@ -6,6 +6,7 @@ namespace or SSH connection exists, and reported as a ConfigError that says what
 """
 
 import argparse
+import math
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -311,6 +312,8 @@ def _seconds(value, flag: str, allow_zero: bool) -> float | None:
         number = float(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{flag} {value!r} is not a number of seconds") from None
+    if not math.isfinite(number):
+        raise ConfigError(f"{flag} {value!r} is not a finite number of seconds")
     if number < 0 or (number == 0 and not allow_zero):
         raise ConfigError(f"{flag} {value!r} must be {'non-negative' if allow_zero else 'positive'}")
     return number

@@ -11,6 +11,7 @@ import subprocess
 
 from geryon.launch.config import LaunchConfig, emulated_host_count
 from geryon.launch.environment import job_environment, merged_environment, rank_argv
+from geryon.launch.orphans import exit_with_launcher
 from geryon.launch.placement import RankSpec, place_one_per_host
 from geryon.launch.rendezvous import hosted_store
 from geryon.launch.supervise import JobResult, PopenRank, interrupts_deferred, supervise
@@ -44,7 +45,7 @@ def run_job(config: LaunchConfig, out=None, err=None) -> JobResult:
                     config, spec, store_host.ip, port, 1, host_ip=host.ip, iface=host.iface))
                 process = cluster.popen(host, rank_argv(config, spec), env=env, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        start_new_session=True)
+                                        start_new_session=True, preexec_fn=exit_with_launcher())
                 return PopenRank(spec, process)
 
             return supervise(specs, start, config.grace, config.timeout, out, err)

@@ -5,6 +5,7 @@ import subprocess
 
 from geryon.launch.config import LaunchConfig
 from geryon.launch.environment import job_environment, local_world_sizes, merged_environment, rank_argv
+from geryon.launch.orphans import exit_with_launcher
 from geryon.launch.placement import RankSpec, place_on_one_host
 from geryon.launch.rendezvous import hosted_store
 from geryon.launch.supervise import JobResult, PopenRank, supervise
@@ -22,7 +23,7 @@ def run_job(config: LaunchConfig, out=None, err=None) -> JobResult:
                 config, spec, LOOPBACK, port, workers_here, host_ip=LOOPBACK, iface="lo"))
             process = subprocess.Popen(rank_argv(config, spec), env=env, stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       start_new_session=True)
+                                       start_new_session=True, preexec_fn=exit_with_launcher())
             return PopenRank(spec, process)
 
         return supervise(specs, start, config.grace, config.timeout, out, err)

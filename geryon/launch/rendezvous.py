@@ -1,23 +1,31 @@
 """The job's rendezvous: a `torch.distributed.TCPStore` hosted by the launcher itself.
 
 Ranks reach it at MASTER_ADDR:MASTER_PORT as clients (TORCHELASTIC_USE_AGENT_STORE=True), exactly as
-under torchrun. On the emulated cluster the launcher lives in the root namespace, which has no route
-into the hosts; so the store's listening socket is created by a short-lived thread that first joins
-a host's network namespace (setns changes only the calling thread). The socket stays in that
-namespace, and the store's own threads serve it from there, for as long as the job runs.
+under torchrun. The store listens only on the address the ranks dial (loopback for a --local job):
+torch's libuv server would listen on every address whatever host it is given, so the launcher binds
+the listening socket itself and hands it over (`master_listen_fd`). Whoever can reach the store can
+still write it; what ranks read from it is signed with the job secret (geryon.transport.signed_store).
+
+On the emulated cluster the launcher lives in the root namespace, which has no route into the hosts;
+so the store's listening socket is created by a short-lived thread that first joins a host's network
+namespace (setns changes only the calling thread). The socket stays in that namespace, and the
+store's own threads serve it from there, for as long as the job runs.
 """
 
 import ctypes
 import os
+import socket
 import threading
 from contextlib import contextmanager
 from datetime import timedelta
 
 from geryon.errors import LaunchError
+from geryon.netnames import check_netns_name
 
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = "/var/run/netns"
 STORE_TIMEOUT = timedelta(minutes=5)
+LISTEN_BACKLOG = 1024
 
 
 @contextmanager
@@ -34,9 +42,20 @@ def _create(address: str):
     from torch.distributed import TCPStore  # lazy: torch takes seconds to import
 
     try:
-        return TCPStore(address, 0, is_master=True, wait_for_workers=False, timeout=STORE_TIMEOUT)
-    except RuntimeError as exc:
+        listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
+    except OSError as exc:
         raise LaunchError(f"cannot host the rendezvous store on {address}: {exc}") from None
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((address, 0))
+        listener.listen(LISTEN_BACKLOG)
+        store = TCPStore(address, listener.getsockname()[1], is_master=True, wait_for_workers=False,
+                         timeout=STORE_TIMEOUT, master_listen_fd=listener.fileno())
+    except (OSError, RuntimeError) as exc:
+        listener.close()
+        raise LaunchError(f"cannot host the rendezvous store on {address}: {exc}") from None
+    listener.detach()   # the store owns the descriptor now and closes it when it stops
+    return store
 
 
 def _create_in_netns(address: str, netns: str):
@@ -62,7 +81,7 @@ def _create_in_netns(address: str, netns: str):
 def enter_netns_this_thread(netns: str) -> None:
     """Move the calling thread (only) into network namespace `netns`."""
     libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(os.path.join(NETNS_DIR, netns), os.O_RDONLY)
+    fd = os.open(os.path.join(NETNS_DIR, check_netns_name(netns)), os.O_RDONLY)
     try:
         if libc.setns(fd, CLONE_NEWNET) != 0:
             errno = ctypes.get_errno()

@@ -2,8 +2,10 @@
 
 Every host is connected to (and its key checked against known_hosts) before any rank starts: an
 unknown or changed host key is a HostKeyError, never silently accepted. Each rank is one exec
-channel running `cd CWD && exec env VARS... PYTHON SCRIPT ARGS`; the remote shell first reports its
-PID, which sshd made a session (and process group) leader, so stopping a rank is `kill -SIG -- -PID`
+channel running `cd CWD && read SECRET && exec env VARS... PYTHON SCRIPT ARGS`: the job secret is
+never on a command line (which `ps` shows every user of the host, and sshd may log); the launcher
+writes it as the first line of the channel's stdin, and the shell exports it. The remote shell first
+reports its PID, which sshd made a session (and process group) leader, so stopping a rank is `kill -SIG -- -PID`
 on the same connection. The launcher hosts the TCPStore; ranks dial the address the launcher has
 toward the first host.
 """
@@ -13,11 +15,12 @@ import shlex
 import socket
 from contextlib import ExitStack
 
-from geryon.envvars import REMOTE_PID_MARK
+from geryon.envvars import JOB_SECRET, REMOTE_PID_MARK
 from geryon.errors import HostKeyError, LaunchError
 from geryon.launch.config import LaunchConfig
 from geryon.launch.environment import job_environment, local_world_sizes, rank_argv
 from geryon.launch.hostfile import HostSpec
+from geryon.launch.orphans import SSH_RANK_REDIRECTS, SSH_WATCHER
 from geryon.launch.placement import RankSpec, place_by_hostfile
 from geryon.launch.rendezvous import hosted_store
 from geryon.launch.supervise import JobResult, interrupts_deferred, supervise
@@ -25,6 +28,7 @@ from geryon.launch.supervise import JobResult, interrupts_deferred, supervise
 CONNECT_TIMEOUT_S = 15.0
 PID_MARK = REMOTE_PID_MARK.encode()
 NO_EXIT_STATUS = 255  # like ssh(1): the remote side ended without an exit status (signal, lost link)
+SECRET_VARIABLE = JOB_SECRET
 
 
 def run_job(config: LaunchConfig, out=None, err=None) -> JobResult:
@@ -44,7 +48,9 @@ def run_job(config: LaunchConfig, out=None, err=None) -> JobResult:
                 env = job_environment(config, spec, master_addr, port, sizes.get(spec.host, 0),
                                       host_ip=resolve(host), iface=host.iface)
                 argv = rank_argv(config, spec, python=host.python)
-                return SshRank(spec, clients[spec.host], remote_command(argv, env, os.getcwd()), host)
+                secret = env.pop(SECRET_VARIABLE)
+                return SshRank(spec, clients[spec.host], remote_command(argv, env, os.getcwd()), host,
+                               stdin_line=secret)
 
             try:
                 return supervise(specs, start, config.grace, config.timeout, out, err)
@@ -99,16 +105,20 @@ def connect(host: HostSpec, known_hosts: str):
 
 
 def remote_command(argv: list[str], env: dict[str, str], cwd: str) -> str:
-    """The shell line run on the host: report the PID, enter CWD, exec the rank with its variables."""
+    """The shell line run on the host: report the PID, enter CWD, read the job secret from stdin,
+    exec the rank with its variables. `env` must not hold the secret (it would be on the line)."""
+    if SECRET_VARIABLE in env:
+        raise LaunchError(f"{SECRET_VARIABLE} must reach a remote rank on stdin, not its command line")
     variables = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
     return (f"printf '{PID_MARK.decode()}%s\\n' $$; cd {shlex.quote(cwd)} || exit 127; "
-            f"exec env {variables} {shlex.join(argv)}")
+            f"IFS= read -r {SECRET_VARIABLE} || exit 126; export {SECRET_VARIABLE}; "
+            f"{SSH_WATCHER} exec env {variables} {shlex.join(argv)} {SSH_RANK_REDIRECTS}")
 
 
 class SshRank:
     """A rank running on a remote host in one SSH exec channel."""
 
-    def __init__(self, spec: RankSpec, client, command: str, host: HostSpec):
+    def __init__(self, spec: RankSpec, client, command: str, host: HostSpec, stdin_line: str = ""):
         self.spec = spec
         self.client = client
         self.host = host
@@ -117,6 +127,8 @@ class SshRank:
             raise LaunchError(f"the SSH connection to {host.address} is gone")
         self.channel = transport.open_session(timeout=CONNECT_TIMEOUT_S)
         self.channel.exec_command(command)
+        # stdin stays open: its EOF tells the rank's watcher that the launcher is gone (orphans.py)
+        self.channel.sendall((stdin_line + "\n").encode())
         self.stdout = self.channel.makefile("rb")
         self.stderr = self.channel.makefile_stderr("rb")
         self.pid = self._read_pid()

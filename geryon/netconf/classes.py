@@ -120,7 +120,7 @@ def validate_classes(classes: "list[PriorityClass] | tuple[PriorityClass, ...]")
             f"{len(classes)} priority classes given; between 1 and {MAX_CLASSES} are supported "
             "(HTB has 8 priority levels)")
     for cls in classes:
-        if not isinstance(cls.name, str) or not _NAME.match(cls.name):
+        if not isinstance(cls.name, str) or not _NAME.fullmatch(cls.name):
             raise ClassSpecError(
                 f"bad class name {cls.name!r}: start with a letter, then letters, digits, '-' or '_' "
                 "(at most 32)")

@@ -51,7 +51,8 @@ def add_commands(commands, bench) -> None:
     stats.set_defaults(func=_stats)
 
     verify = sub.add_parser("verify", help="sniff an interface and count packets per (source, DSCP)")
-    verify.add_argument("--netns", default=None, help="namespace of the interface (default: this one)")
+    verify.add_argument("--netns", default=None, type=_netns,
+                        help="namespace of the interface (default: this one)")
     verify.add_argument("--iface", required=True)
     verify.add_argument("--duration", type=float, default=5.0, help="seconds to capture (default 5)")
     verify.add_argument("--count", type=int, default=None, help="stop after this many packets")
@@ -74,14 +75,36 @@ def _usage(parser) -> int:
     return 2
 
 
+def _netns(text: str) -> str:
+    import argparse
+
+    from geryon.netnames import check_netns_name
+    try:
+        return check_netns_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _ifname(text: str) -> str:
+    import argparse
+
+    from geryon.netnames import check_ifname
+    try:
+        return check_ifname(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _add_device_options(parser) -> None:
-    parser.add_argument("--dev", required=True, help="interface name")
-    parser.add_argument("--netns", default=None, help="network namespace holding it (default: this one)")
+    parser.add_argument("--dev", required=True, type=_ifname, help="interface name")
+    parser.add_argument("--netns", default=None, type=_netns,
+                        help="network namespace holding it (default: this one)")
 
 
 def _add_plan_options(parser, dev_required: bool) -> None:
-    parser.add_argument("--dev", required=dev_required, default="eth0", help="interface name")
-    parser.add_argument("--netns", default=None, help="network namespace holding it (default: this one)")
+    parser.add_argument("--dev", required=dev_required, default="eth0", type=_ifname, help="interface name")
+    parser.add_argument("--netns", default=None, type=_netns,
+                        help="network namespace holding it (default: this one)")
     parser.add_argument("--rate", default=None,
                         help="link rate, e.g. 100mbit (default: none; strict-priority qdisc if the kernel "
                              "has one, else HTB at 10gbit)")

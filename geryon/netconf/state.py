@@ -14,6 +14,8 @@ from pathlib import Path
 from geryon import envvars
 from geryon.netconf.classes import PriorityClass
 from geryon.netconf.plan import QueuePlan
+from geryon.netnames import check_ifname, check_netns_name
+from geryon.safefiles import replace_file
 
 _ROOT_NETNS = "-"
 
@@ -24,12 +26,14 @@ def state_dir() -> Path:
 
 
 def _state_path(dev: str, netns: str | None) -> Path:
-    return state_dir() / (netns or _ROOT_NETNS) / f"{dev}.json"
+    if netns:
+        check_netns_name(netns)
+    return state_dir() / (netns or _ROOT_NETNS) / f"{check_ifname(dev)}.json"
 
 
 def netns_inode(netns: str | None) -> int | None:
     """Identity of a namespace (None if it does not exist)."""
-    path = f"/run/netns/{netns}" if netns else "/proc/1/ns/net"
+    path = f"/run/netns/{check_netns_name(netns)}" if netns else "/proc/1/ns/net"
     try:
         return os.stat(path).st_ino
     except OSError:
@@ -48,9 +52,7 @@ def save_plan_state(plan: QueuePlan) -> None:
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # several processes may apply at once
-        tmp.write_text(json.dumps(record, indent=1))
-        tmp.replace(path)
+        replace_file(path, json.dumps(record, indent=1))   # several processes may apply at once
     except OSError:
         pass  # names are a convenience: counters still work (by class id) without them
 

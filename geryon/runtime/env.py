@@ -166,6 +166,6 @@ def _transport_timeout(text: str) -> float:
         value = float(text)
     except ValueError:
         raise ConfigError(f"{ev.TRANSPORT_TIMEOUT}={text!r} is not a number of seconds") from None
-    if value <= 0:
-        raise ConfigError(f"{ev.TRANSPORT_TIMEOUT}={text!r} must be positive")
+    if not 0 < value < float("inf"):   # also refuses nan
+        raise ConfigError(f"{ev.TRANSPORT_TIMEOUT}={text!r} must be a positive, finite number of seconds")
     return value

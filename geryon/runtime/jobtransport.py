@@ -49,13 +49,18 @@ def transport_config(env: RankEnv, tracer=None):
 
 
 def open_store(env: RankEnv):
-    """A client of the job's TCPStore (the launcher's, or torchrun's agent store) at MASTER_ADDR:PORT."""
+    """A client of the job's TCPStore (the launcher's, or torchrun's agent store) at MASTER_ADDR:PORT,
+    its values signed and verified with the job secret (geryon.transport.signed_store)."""
     from torch.distributed import TCPStore
+
+    from geryon.transport.signed_store import SignedStore
 
     if not env.master_addr or not env.master_port:
         raise ConfigError("geryon's transport needs the job's store: MASTER_ADDR and MASTER_PORT are not set")
-    return TCPStore(env.master_addr, env.master_port, is_master=False, wait_for_workers=False,
-                    timeout=STORE_TIMEOUT)
+    if not env.secret:
+        raise ConfigError("geryon's transport needs the job secret to read the job's store")
+    return SignedStore(TCPStore(env.master_addr, env.master_port, is_master=False, wait_for_workers=False,
+                                timeout=STORE_TIMEOUT), env.secret)
 
 
 def listen_host(env: RankEnv) -> str:

@@ -90,9 +90,10 @@ def serve(env: RankEnv) -> int:
                       flush=True)
             while not stopped.is_set():
                 server.serve_until_workers_leave(timeout=POLL_S)
-                if len(server.pool.departed()) >= workers:
+                if len(server.workers_gone()) >= workers:
                     break
-            lost = {} if stopped.is_set() else server.pool.lost()
+            lost = {} if stopped.is_set() else {w: f for w, f in server.pool.lost().items()
+                                                if w in server.joined}
             next_switch = prefix + SWITCH_KEY.format(switch=switch + 1)
             if stopped.is_set() or lost or not store.check([next_switch]):
                 break

@@ -7,6 +7,7 @@ TCP_NOTSENT_LOWAT measurement, are in docs/measurements.md.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -15,6 +16,7 @@ from geryon.transport.policy import Policy, get_policy
 from geryon.transport.trace import TransferEvent
 
 DEFAULT_DSCP = (46, 0)
+PLACEMENTS = ("count", "bytes")   # see transport.shards.plan_shards
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class TransportConfig:
     tcp_congestion: str | None = None            # e.g. "cubic", "bbr"; None = system default
     notsent_lowat: int | None = 128 * 1024       # TCP_NOTSENT_LOWAT; None leaves it alone
     max_payload: int = 1 << 30                   # largest data frame accepted, in bytes
+    placement: str = "count"                     # PS slices over servers: "count" round-robin, "bytes" balanced
     # called with a TransferEvent per data slice queued / sent / received (see transport.trace)
     tracer: Callable[[TransferEvent], None] | None = field(default=None, compare=False, repr=False)
 
@@ -44,9 +47,11 @@ class TransportConfig:
             raise ConfigError(f"class_dscp {self.class_dscp}: give 1-8 DSCP values in 0..63")
         if not 0 <= self.job_id < 2**32:
             raise ConfigError(f"job_id {self.job_id} must fit in 32 bits")
-        if self.slice_bytes < 1024 or self.bucket_bytes < 1 or self.timeout <= 0:
+        if self.slice_bytes < 1024 or self.bucket_bytes < 1 or not 0 < self.timeout < math.inf:
             raise ConfigError("slice_bytes must be >= 1024, bucket_bytes >= 1 and timeout > 0")
         get_policy(self.policy)
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"placement {self.placement!r}: choose one of {', '.join(PLACEMENTS)}")
 
     @property
     def scheduling(self) -> Policy:

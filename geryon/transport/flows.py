@@ -15,10 +15,17 @@ exc) and peer_left(flow). Owners read the pool's state through its methods (`dep
 `wait_until`, ...) and share its condition `cond` for their own state; nothing else reads its fields.
 A frame that fails validation closes that connection with a logged reason; the pool records the
 failure per peer so that every wait on that peer raises a TransportError naming it.
+
+Before authentication nobody is trusted: a listener runs at most MAX_PENDING_HANDSHAKES handshakes at
+once and MAX_PENDING_PER_SOURCE from one address, each with one deadline for the whole exchange; an
+accept() error (out of descriptors or buffers) is retried, never ends the listener. A dialer whose
+handshake is dropped retries with backoff until the timeout. A (peer, class) slot is reserved before
+ACCEPT, so a duplicate is refused with a REJECT; a slot whose peer said BYE can be taken again.
 """
 
 from __future__ import annotations
 
+import errno
 import heapq
 import itertools
 import logging
@@ -28,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from geryon.errors import PeerAborted, PeerTimeout, ProtocolError, TransportError
+from geryon.errors import AuthenticationError, PeerAborted, PeerTimeout, ProtocolError, TransportError
 from geryon.transport.config import TransportConfig
 from geryon.transport.handshake import dial_handshake, listen_handshake
 from geryon.transport.socketio import read_control_payload, read_exact_into, write_all
@@ -42,6 +49,11 @@ SO_PRIORITY = getattr(socket, "SO_PRIORITY", 12)
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
 MAX_PENDING_HANDSHAKES = 64
+MAX_PENDING_PER_SOURCE = 8      # handshakes at once from one address: one host cannot fill the slots
+HANDSHAKE_TIMEOUT_S = 10.0      # the whole handshake (not each read), capped by the config's timeout
+SLOT_WAIT_S = 1.0               # how long a dialer for a busy slot waits for the old connection to end
+_ACCEPT_RETRY_S = 0.1           # after accept() failed for lack of descriptors or buffers
+_DIAL_BACKOFF_S = (0.05, 1.0)   # first and longest pause between handshake attempts
 _POLL = 0.2
 
 
@@ -135,6 +147,11 @@ class Flow:
     @property
     def peer(self) -> str:
         return self.pool.peer_name(self.peer_id)
+
+    @property
+    def active(self) -> bool:
+        """Open and the peer has not said goodbye: its slot is taken."""
+        return not self.closing and not self.peer_done
 
     def close(self) -> None:
         self.closing = True
@@ -262,6 +279,8 @@ class FlowPool:
         self.cond = threading.Condition()
         self.closed = False
         self._pending = threading.BoundedSemaphore(MAX_PENDING_HANDSHAKES)
+        self._pending_from: dict[str, int] = {}   # handshakes in progress per source address
+        self._reserved: set[tuple[int, int]] = set()   # slots of dialers being told ACCEPT
         self.listener = None
         self._accept_thread: threading.Thread | None = None
         if listen is not None:
@@ -303,22 +322,46 @@ class FlowPool:
         return f"{self.peer_label} {peer_id}{where}{flow}"
 
     # -- establishing connections -------------------------------------------------------------
+    @property
+    def handshake_timeout(self) -> float:
+        """Half the transport timeout (at most HANDSHAKE_TIMEOUT_S): a dialer dropped because a flood
+        held the slots has time to retry once the flood's handshakes expire."""
+        return min(self.config.timeout / 2, HANDSHAKE_TIMEOUT_S)
+
     def connect(self, peer_id: int, address: tuple[str, int]) -> None:
-        """Dial every flow to a peer (retrying until the timeout while it is not yet listening)."""
+        """Dial every flow to a peer, retrying until the timeout while it is not listening yet or
+        drops the handshake (a listener busy with a flood of unauthenticated clients does)."""
         self.addresses[peer_id] = f"{address[0]}:{address[1]}"
         for index in range(self.flow_count):
             name = self.peer_name(peer_id, index)
-            sock = self._dial(address, index, name)
-            try:
-                dial_handshake(sock, name, secret=self.config.secret, job_id=self.config.job_id,
-                               my_id=self.my_id, class_index=index, expected_listener=peer_id)
-            except Exception:
-                sock.close()
-                raise
+            deadline = time.monotonic() + self.config.timeout
+            pause = _DIAL_BACKOFF_S[0]
+            while True:
+                sock = self._dial(address, index, name, deadline)
+                try:
+                    dial_handshake(sock, name, secret=self.config.secret, job_id=self.config.job_id,
+                                   my_id=self.my_id, class_index=index, expected_listener=peer_id,
+                                   timeout=max(0.1, min(self.handshake_timeout,
+                                                        deadline - time.monotonic())))
+                    break
+                except (AuthenticationError, ProtocolError):
+                    sock.close()
+                    raise                       # a definite answer: retrying cannot change it
+                except TransportError as exc:   # dropped or stalled before the answer
+                    sock.close()
+                    if time.monotonic() + pause >= deadline:
+                        raise PeerTimeout(f"no handshake with {name} within {self.config.timeout:g} s "
+                                          f"(last attempt: {exc})") from None
+                    log.info("handshake with %s dropped (%s); retrying in %.2f s", name, exc, pause)
+                    time.sleep(pause)
+                    pause = min(pause * 2, _DIAL_BACKOFF_S[1])
+                except Exception:
+                    sock.close()
+                    raise
             self._register(sock, peer_id, index, name)
 
-    def _dial(self, address, index, name) -> socket.socket:
-        deadline = time.monotonic() + self.config.timeout
+    def _dial(self, address, index, name, deadline: float | None = None) -> socket.socket:
+        deadline = time.monotonic() + self.config.timeout if deadline is None else deadline
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         while True:
             sock = socket.socket(family, socket.SOCK_STREAM)
@@ -338,26 +381,53 @@ class FlowPool:
         while not self.closed:
             try:
                 sock, address = self.listener.accept()
-            except OSError:
-                return
+            except OSError as exc:
+                if self.closed or exc.errno in (errno.EBADF, errno.EINVAL):
+                    return                      # the listener was closed
+                # out of descriptors or buffers (EMFILE, ENFILE, ENOBUFS, ENOMEM), or a connection
+                # aborted before accept: transient, and the listener must outlive it
+                log.warning("accept() failed (%s); retrying in %g s", exc, _ACCEPT_RETRY_S)
+                time.sleep(_ACCEPT_RETRY_S)
+                continue
             if self.closed:
                 sock.close()
                 return
-            if not self._pending.acquire(blocking=False):
+            source = address[0]
+            with self.cond:
+                busy = self._pending_from.get(source, 0) >= MAX_PENDING_PER_SOURCE
+                if not busy:
+                    busy = not self._pending.acquire(blocking=False)
+                if not busy:
+                    self._pending_from[source] = self._pending_from.get(source, 0) + 1
+            if busy:
                 log.warning("too many connections in handshake; dropping %s:%s", *address[:2])
                 sock.close()
                 continue
-            threading.Thread(target=self._admit, args=(sock, address), daemon=True).start()
+            try:
+                threading.Thread(target=self._admit, args=(sock, address), daemon=True).start()
+            except RuntimeError as exc:         # cannot start a thread: drop this one, keep accepting
+                log.warning("cannot handle the connection from %s: %s", source, exc)
+                sock.close()
+                self._handshake_done(source)
+
+    def _handshake_done(self, source: str) -> None:
+        with self.cond:
+            left = self._pending_from.get(source, 0) - 1
+            if left > 0:
+                self._pending_from[source] = left
+            else:
+                self._pending_from.pop(source, None)
+            self._pending.release()
 
     def _admit(self, sock: socket.socket, address) -> None:
         where = f"{address[0]}:{address[1]}"
+        identity = None
         try:
-            sock.settimeout(self.config.timeout)
+            sock.settimeout(self.handshake_timeout)
             identity = listen_handshake(sock, f"connection from {where}", secret=self.config.secret,
                                         job_id=self.config.job_id, my_id=self.my_id,
-                                        classes=self.flow_count)
-            if self.accept_peers is not None and identity.peer_id not in self.accept_peers:
-                raise ProtocolError(f"{self.peer_label} {identity.peer_id} is not expected here")
+                                        classes=self.flow_count, timeout=self.handshake_timeout,
+                                        admit=self._reserve)
             apply_socket_options(sock, socket_options(self.config, identity.class_index, sock.family))
             self.addresses.setdefault(identity.peer_id, where)
             self._register(sock, identity.peer_id, identity.class_index,
@@ -366,14 +436,44 @@ class FlowPool:
             log.warning("rejected connection from %s: %s", where, exc)
             sock.close()
         finally:
-            self._pending.release()
+            self._unreserve(identity)
+            self._handshake_done(address[0])
+
+    def _reserve(self, identity) -> None:
+        """Hold a (peer, class) slot for an authenticated dialer before it is told ACCEPT."""
+        key = (identity.peer_id, identity.class_index)
+        name = self.peer_name(identity.peer_id, identity.class_index)
+        if self.accept_peers is not None and identity.peer_id not in self.accept_peers:
+            raise ProtocolError(f"{self.peer_label} {identity.peer_id} is not expected here")
+        def busy() -> bool:
+            old = self.flows.get(key)
+            return key in self._reserved or (old is not None and old.active)
+
+        with self.cond:
+            # a reconnecting peer may race the end of its old connection (its BYE or EOF is still
+            # in flight): give that a moment before refusing
+            self.cond.wait_for(lambda: not busy() or self.closed, timeout=SLOT_WAIT_S)
+            if self.closed:
+                raise ProtocolError(f"{name}: this {self.peer_label} pool is closing")
+            if busy():
+                raise ProtocolError(f"{name} connected twice (that flow is already up)")
+            self._reserved.add(key)
+
+    def _unreserve(self, identity) -> None:
+        if identity is None:
+            return
+        with self.cond:
+            self._reserved.discard((identity.peer_id, identity.class_index))
+            self.cond.notify_all()
 
     def _register(self, sock, peer_id, index, name) -> None:
         with self.cond:
             old = self.flows.get((peer_id, index))
-            if old is not None and not old.closing:
+            if old is not None and old.active:
                 sock.close()
                 raise ProtocolError(f"{name} connected twice")
+            if old is not None and not old.closing:
+                old.close()                     # it said BYE: it will send nothing more there
             flow = Flow(self, sock, peer_id, index, name)
             self.flows[(peer_id, index)] = flow
             self.failures.pop(peer_id, None)

@@ -71,7 +71,7 @@ class _ServerShard:
         self.version = 0
         self.arrived: set[int] = set()
         self.taken = False            # an update of `version` is under way
-        self.waiting_pulls: set[int] = set()   # workers that asked for the next version
+        self.waiting_pulls: dict[int, int] = {}   # worker -> the version it asked for (not yet made)
         self.lock = threading.Lock()
 
     @property
@@ -152,7 +152,8 @@ class ParameterServer(PoolOwner):
         prios = normalize_priorities(len(params), priorities, config.classes)
         self.specs = param_specs(params, prios)
         self.shapes = [p.shape for p in params]
-        self.plan = plan_shards(self.specs, servers, self.policy, config.slice_bytes)
+        self.plan = plan_shards(self.specs, servers, self.policy, config.slice_bytes,
+                                config.placement)
         self.digest = shard_digest(self.specs, self.plan, servers, workers)
         if optimizer is None:
             optimizer = OptimizerSpec("SGD", ({"lr": lr, "momentum": momentum, "dampening": dampening,
@@ -223,11 +224,20 @@ class ParameterServer(PoolOwner):
         """Current value of each shard this server holds, keyed by (tensor_id, offset)."""
         return {key: s.param for key, s in self.shards.items()}
 
+    def workers_gone(self) -> set[int]:
+        """Workers that took part (sent the right plan digest) and then said goodbye or failed.
+
+        A connection under a worker's id that never joined -- a stray client that sent a malformed
+        frame or a BYE -- does not count: it must not make a server think its workers are gone.
+        """
+        with self.pool.cond:
+            return self.pool.departed() & self.joined
+
     def serve_until_workers_leave(self, timeout: float | None = None) -> None:
         """Block until every worker said goodbye or failed, or until `timeout` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.pool.cond:
-            while len(self.pool.departed()) < self.workers:
+            while len(self.workers_gone()) < self.workers:
                 if deadline is not None and time.monotonic() > deadline:
                     return
                 self.pool.cond.wait(0.2)
@@ -241,12 +251,21 @@ class ParameterServer(PoolOwner):
         while True:
             self.serve_until_workers_leave(timeout=0.2)
             with self.pool.cond:
-                everyone = len(self.pool.departed()) >= self.workers
+                everyone = len(self.workers_gone()) >= self.workers
                 failure, failed_at = self.failure, self._failed_at
             if failure is not None and (everyone or time.monotonic() > failed_at + abort_grace):
                 raise failure
             if everyone:
                 return
+
+    def peer_left(self, flow) -> None:
+        self._forget_pulls(flow.peer_id)
+
+    def _forget_pulls(self, worker: int) -> None:
+        """Drop a gone connection's pending PULLs: a later connection under that id did not ask."""
+        for state in self.shards.values():
+            with state.lock:
+                state.waiting_pulls.pop(worker, None)
 
     def flow_failed(self, flow, exc: TransportError) -> None:
         """A worker's connection broke: tell every other worker, so none waits for the timeout.
@@ -255,6 +274,7 @@ class ParameterServer(PoolOwner):
         failure of a connection whose worker never joined (sent the plan digest): a stray or
         hostile client cannot end the job.
         """
+        self._forget_pulls(flow.peer_id)
         if isinstance(exc, ProtocolError) or flow.peer_id not in self.joined or flow.peer_done \
                 or self.pool.has_left(flow.peer_id) or self.pool.closed:
             return
@@ -276,6 +296,9 @@ class ParameterServer(PoolOwner):
         return state
 
     def destination(self, flow, header) -> memoryview:
+        if flow.peer_id not in self.joined:
+            raise ProtocolError(f"{flow.name} sent {header.kind.name} before agreeing on the shard plan "
+                                "(PLAN digest)")
         if header.kind == Kind.STEP and self.step_frames:
             return self._step_destination(flow, header)
         if header.kind != Kind.PUSH:
@@ -364,8 +387,10 @@ class ParameterServer(PoolOwner):
                 state.update(grad, plan, self.optimizer, self.offsets)
                 state.version += 1
                 state.arrived.clear()
-                ready, state.waiting_pulls = state.waiting_pulls, set()
-            for worker in sorted(ready):
+                ready = sorted(w for w, v in state.waiting_pulls.items() if v == state.version)
+                for worker in ready:
+                    del state.waiting_pulls[worker]
+            for worker in ready:
                 self._send_param(worker, state)
         if self.step_frames:
             with self.step_lock:
@@ -410,12 +435,12 @@ class ParameterServer(PoolOwner):
 
     def control(self, flow, header, payload: bytes) -> None:
         if header.kind == Kind.PLAN:
-            flow.send((-1,), encode_control(Kind.PLAN, self.digest, job_id=self.config.job_id))
             if payload != self.digest:
                 log.warning("%s has another shard plan than server %d", flow.name, self.index)
             else:
-                with self.pool.cond:
+                with self.pool.cond:   # before the answer: the worker pushes once it has it
                     self.joined.add(flow.peer_id)
+            flow.send((-1,), encode_control(Kind.PLAN, self.digest, job_id=self.config.job_id))
             return
         if header.kind == Kind.STATE:
             self._state_request(flow, payload)
@@ -423,12 +448,20 @@ class ParameterServer(PoolOwner):
         if header.kind != Kind.PULL:
             raise ProtocolError(f"unexpected {header.kind.name} control frame from {flow.name}")
         worker, iteration = flow.peer_id, header.iteration
+        stale = []
         for state in self.shards.values():
             with state.lock:
                 if state.version < iteration:
-                    state.waiting_pulls.add(worker)
+                    state.waiting_pulls[worker] = iteration
+                    continue
+                if state.version > iteration:   # that version is gone: answering would send another
+                    stale.append(state.shard.tensor_id)
                     continue
             self._send_param(worker, state)
+        if stale:
+            log.warning("%s pulled iteration %d, but server %d's shards of tensors %s are at a later "
+                        "version; ignored that stale pull", flow.name, iteration, self.index,
+                        sorted(set(stale)))
 
     def _state_request(self, flow, payload: bytes) -> None:
         """Save or load optimizer state as a worker asked; answer b"ok" or the error."""
@@ -449,12 +482,22 @@ class ParameterServer(PoolOwner):
         flow.send((-1, next_sequence()), encode_control(Kind.STATE, answer, job_id=self.config.job_id))
 
     def _send_param(self, worker: int, state: _ServerShard) -> None:
+        """Queue a shard's value for a worker; a worker that has left or failed is skipped.
+
+        This runs on whichever worker's receive thread completed the shard's step: a failure to
+        reach another worker must not be raised there (it would close the wrong worker's flow).
+        """
         shard = state.shard
         header = encode_header(Kind.PARAM, job_id=self.config.job_id, iteration=state.version,
                                tensor_id=shard.tensor_id, offset=shard.offset, length=shard.length,
                                dtype=state.dtype_code, priority=shard.priority)
         key = self.policy.send_key(state.version, shard.priority, shard.urgency, next_sequence())
-        flow = self.pool.flow(worker, self.policy.flow_of(shard.priority))
+        try:
+            flow = self.pool.flow(worker, self.policy.flow_of(shard.priority))
+        except TransportError as exc:
+            log.warning("server %d: not sending tensor %d to worker %d, which is gone: %s",
+                        self.index, shard.tensor_id, worker, exc)
+            return
         flow.send(key, header, state.param_bytes)
 
 
@@ -475,7 +518,8 @@ class PSWorker(PoolOwner):
                 raise ConfigError("PSWorker needs contiguous parameter tensors")
         prios = normalize_priorities(len(self.params), priorities, config.classes)
         self.specs = param_specs(self.params, prios)
-        self.plan = plan_shards(self.specs, len(servers), self.policy, config.slice_bytes)
+        self.plan = plan_shards(self.specs, len(servers), self.policy, config.slice_bytes,
+                                config.placement)
         self.digest = shard_digest(self.specs, self.plan, len(servers), workers)
         self.by_key = {s.key: s for s in self.plan}
         self.shards_of = [[] for _ in self.params]

@@ -45,8 +45,17 @@ def param_specs(tensors, priorities: list[tuple[int, int]]) -> list[ParamSpec]:
     return [ParamSpec(i, t.numel(), t.dtype, p, u) for i, (t, (p, u)) in enumerate(zip(tensors, priorities))]
 
 
-def plan_shards(specs: list[ParamSpec], servers: int, policy: Policy, slice_bytes: int) -> list[Shard]:
+def plan_shards(specs: list[ParamSpec], servers: int, policy: Policy, slice_bytes: int,
+                placement: str = "count") -> list[Shard]:
+    """Slices of every tensor and the server of each.
+
+    placement "count" deals slices round-robin (P3's way): equal slice counts per server, but a
+    model whose tensors alternate big and small (ResNet's conv and BN layers) loads some servers with
+    several times the bytes of others. "bytes" gives each slice to the server holding the fewest
+    bytes so far (lowest index on ties): every server within one slice of the mean.
+    """
     shards, turn = [], 0
+    load = [0] * servers
     for spec in specs:
         if not policy.spread_over_servers:
             if spec.numel:
@@ -55,8 +64,13 @@ def plan_shards(specs: list[ParamSpec], servers: int, policy: Policy, slice_byte
             continue
         step = max(1, slice_bytes // spec.dtype.itemsize)
         for offset in range(0, spec.numel, step):
-            shards.append(Shard(spec.tensor_id, offset, min(step, spec.numel - offset),
-                                turn % servers, spec.priority, spec.urgency))
+            length = min(step, spec.numel - offset)
+            if placement == "bytes":
+                server = min(range(servers), key=lambda s: (load[s], s))
+            else:
+                server = turn % servers
+            load[server] += length * spec.dtype.itemsize
+            shards.append(Shard(spec.tensor_id, offset, length, server, spec.priority, spec.urgency))
             turn += 1
     return shards
 

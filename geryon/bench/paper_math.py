@@ -1,0 +1,187 @@
+"""The arithmetic of `geryon bench paper`: the paper's figures, the scaling, the calibration, the rows.
+
+Pure functions and constants, no processes or sockets, so every number the bench prints can be
+checked by a unit test.
+
+Scaling. The paper's cluster (8 hosts, 10 or 40 Gbit/s each, a GPU per worker) becomes replayed
+workers on an emulated cluster with three numbers:
+  compute_scale k  paper compute time = k x the profile's per-layer GPU time. The paper does not
+                   name its GPU or batch size, so k is calibrated ONCE, on VGG-19 vanilla at 10GbE
+                   (`calibration_step`), and reused for every other cell;
+  size_scale s     every tensor has s x the profiled bytes;
+  wall_scale w     one paper second lasts w seconds here.
+The replay runs each layer for k x w x its profiled time and every port runs at bw x s / w, so
+each transfer takes w x its time at bw with full sizes: transfer time / compute time is the paper
+setting's. With w = 1 (the default) an emulated iteration lasts as long as the paper's would.
+
+Scaling efficiency = per-worker images/s in the distributed run / one worker's compute-only
+images/s = compute_s / iteration_s (the batch cancels), where compute_s is one replayed worker's
+iteration with no transport at all, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from geryon.errors import ConfigError
+
+# Scaling efficiency (0-1), 8 workers, from the slides' Table II (see ../shared/papers/README.md).
+# Columns: vanilla TensorFlow, Partition + Slicing ("slicing"), Partition + Slicing + Geryon.
+PAPER_EFFICIENCY = {
+    ("alexnet", "10gbe"): {"vanilla": 0.364, "slicing": 0.802, "geryon": 0.954},
+    ("vgg19", "10gbe"): {"vanilla": 0.269, "slicing": 0.793, "geryon": 0.946},
+    ("resnet50", "10gbe"): {"vanilla": 0.876, "slicing": 0.900, "geryon": 0.957},
+    ("alexnet", "40gbe"): {"vanilla": 0.794, "slicing": 0.900, "geryon": 0.951},
+    ("vgg19", "40gbe"): {"vanilla": 0.617, "slicing": 0.853, "geryon": 0.948},
+    ("resnet50", "40gbe"): {"vanilla": 0.941, "slicing": 0.941, "geryon": 0.961},
+}
+PAPER_WORKERS = 8
+# Table IV: VGG-19, 8 workers, 10GbE, images/s of Geryon vs TicTac (end-host) per slice size
+# (parameters per slice).
+PAPER_SLICING = {1024 * 1024: {"geryon": 279.2, "endhost": 272.0},
+                 512 * 1024: {"geryon": 276.0, "endhost": 268.0},
+                 256 * 1024: {"geryon": 272.8, "endhost": 216.8}}
+LINKS = {"10gbe": 10e9, "40gbe": 40e9}
+MODELS = ("vgg19", "resnet50", "alexnet", "inceptionv3")
+POLICIES = ("vanilla", "slicing", "endhost", "geryon")
+CONTROL = "control-nolimit"
+CALIBRATION_CELL = ("vgg19", "10gbe", "vanilla")
+BYTES_PER_PARAMETER = 4
+
+
+def paper_efficiency(model: str, link: str, policy: str) -> float | None:
+    """The paper's scaling efficiency for a cell, or None where it gives none (endhost, Inception)."""
+    return PAPER_EFFICIENCY.get((model, link), {}).get(policy)
+
+
+@dataclass(frozen=True)
+class PaperScale:
+    """How paper time and bytes map onto the emulation (see the module docstring)."""
+
+    compute_scale: float
+    size_scale: float = 0.01
+    wall_scale: float = 1.0
+
+    def __post_init__(self):
+        if self.compute_scale <= 0 or self.wall_scale <= 0 or not 0 < self.size_scale <= 1:
+            raise ConfigError("need compute_scale > 0, wall_scale > 0 and 0 < size_scale <= 1")
+
+    @property
+    def replay_time_scale(self) -> float:
+        """What the replay multiplies each profiled layer time by."""
+        return self.compute_scale * self.wall_scale
+
+    def link_rate(self, bandwidth_bits: float) -> int:
+        """Bits/s of an emulated port standing for a `bandwidth_bits` port of the paper's cluster."""
+        return int(round(bandwidth_bits * self.size_scale / self.wall_scale))
+
+    def slice_bytes(self, params_per_slice: int) -> int:
+        """Emulated bytes of a slice of `params_per_slice` float32 parameters (at least 1 KiB)."""
+        return max(1024, int(round(params_per_slice * BYTES_PER_PARAMETER * self.size_scale)))
+
+    def describe(self, bandwidth_bits: float) -> str:
+        return (f"{bandwidth_bits / 1e9:g} Gbit/s with full-size tensors = {self.link_rate(bandwidth_bits) / 1e6:g} "
+                f"Mbit/s ports with tensors x {self.size_scale:g}, compute x {self.compute_scale:.3g} "
+                f"(calibrated) x {self.wall_scale:g} (wall): same transfer/compute ratio")
+
+
+def calibration_step(compute_scale: float, compute_s: float, iteration_s: float, target: float) -> float:
+    """The next compute scale toward scaling efficiency `target`, from one measurement.
+
+    At `compute_scale` one worker's compute took `compute_s` and a distributed iteration
+    `iteration_s`. Taking the non-overlapped communication N = iteration_s - compute_s as fixed,
+    efficiency C / (C + N) = target needs C = target x N / (1 - target): the compute scale grows by
+    that factor over the measured C. (N shrinks a little as compute grows and hides more transfer,
+    so two or three steps converge.)
+    """
+    if not 0 < target < 1:
+        raise ConfigError(f"target efficiency must lie in (0, 1), got {target}")
+    if compute_s <= 0 or iteration_s <= 0:
+        raise ConfigError("compute and iteration times must be positive")
+    exposed = iteration_s - compute_s
+    if exposed <= 0:   # compute-bound already: more compute cannot lower the efficiency
+        return compute_scale * 0.5
+    wanted = target * exposed / (1.0 - target)
+    return compute_scale * wanted / compute_s
+
+
+def scaling_efficiency(compute_s: float, iteration_s: float) -> float:
+    """Per-worker images/s distributed / compute-only images/s (the batch cancels)."""
+    if iteration_s <= 0:
+        raise ConfigError("iteration time must be positive")
+    return compute_s / iteration_s
+
+
+def summarize(times: list[float]) -> dict:
+    """Median, spread (interquartile range) and extremes of measured iteration times."""
+    if not times:
+        raise ConfigError("no measured iterations")
+    ordered = sorted(times)
+    if len(ordered) >= 4:
+        quartiles = statistics.quantiles(ordered, n=4, method="inclusive")
+        spread = quartiles[2] - quartiles[0]
+    else:
+        spread = ordered[-1] - ordered[0]
+    return {"median": statistics.median(ordered), "spread": spread, "min": ordered[0],
+            "max": ordered[-1], "count": len(ordered)}
+
+
+def rotated(items, repetition: int) -> list:
+    """`items` started at position repetition mod len: each policy runs first once per cycle."""
+    items = list(items)
+    if not items:
+        return items
+    shift = repetition % len(items)
+    return items[shift:] + items[:shift]
+
+
+def slowest_per_iteration(worker_steps: list[list[float]]) -> list[float]:
+    """Per iteration, the slowest worker's seconds (the synchronous job moves at its pace)."""
+    return [max(column) for column in zip(*worker_steps)]
+
+
+def make_row(*, model: str, link: str, policy: str, workers: int, layout: str, congestion: str,
+             times: list[float], compute_s: float, batch: int, scale: PaperScale,
+             vanilla_s: float | None, extra: dict | None = None) -> dict:
+    """One result row: the iteration statistics, images/s, speedup, efficiency, paper figure, error."""
+    stats = summarize(times)
+    iteration = stats["median"]
+    efficiency = scaling_efficiency(compute_s, iteration)
+    paper = paper_efficiency(model, link, policy)
+    bandwidth = None if policy == CONTROL else LINKS[link]
+    row = {
+        "model": model, "link": link, "policy": policy, "workers": workers, "layout": layout,
+        "congestion": congestion,
+        "iteration_s": iteration, "iteration_spread": stats["spread"],
+        "iteration_min": stats["min"], "iteration_max": stats["max"], "iterations": stats["count"],
+        "images_per_s": workers * batch / iteration,
+        "speedup_vs_vanilla": (vanilla_s / iteration) if vanilla_s else None,
+        "scaling_efficiency": efficiency,
+        "paper_scaling_efficiency": paper,
+        "error_points": None if paper is None else 100.0 * (efficiency - paper),
+        "compute_s": compute_s, "batch": batch,
+        "time_scale": scale.compute_scale, "wall_scale": scale.wall_scale,
+        "replay_time_scale": scale.replay_time_scale, "size_scale": scale.size_scale,
+        "bw_bits": bandwidth,
+        "link_rate_bits": None if bandwidth is None else scale.link_rate(bandwidth),
+        "times": times,
+    }
+    if extra:
+        row.update(extra)
+    return row
+
+
+def cpu_share(before: tuple[float, float], after: tuple[float, float]) -> float | None:
+    """Busy fraction of all cores between two (busy, total) jiffy readings of /proc/stat."""
+    total = after[1] - before[1]
+    return None if total <= 0 else (after[0] - before[0]) / total
+
+
+def read_proc_stat(path: str = "/proc/stat") -> tuple[float, float]:
+    """(busy, total) jiffies of all cores since boot."""
+    with open(path) as handle:
+        fields = [float(x) for x in handle.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
+    total = sum(fields[:8])
+    return total - idle, total
