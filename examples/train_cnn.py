@@ -4,6 +4,7 @@
     python -m geryon.launch --workers 4 examples/train_cnn.py      # geryon (allreduce)
     python -m geryon.launch --mode ps --workers 4 --servers 2 examples/train_cnn.py
     torchrun --nproc-per-node 2 examples/train_cnn.py              # plain torchrun
+    python -m geryon.launch --nproc-per-node 2 examples/train_cnn.py  # torchrun's flag works too
 
 The script ships inside the package (geryon/examples/train_cnn.py, which `geryon demo` runs from any
 directory); this file runs that one, so both stay the same. See its docstring for the data set.

@@ -80,7 +80,7 @@ def launch_argv(policy: str, args, timeline: str | None = None) -> list[str]:
     if timeline:
         argv += ["--timeline", timeline]
     return argv + [str(EXAMPLE), "--iterations", str(args.iterations), "--width", str(args.width),
-                   "--batch-size", str(args.batch_size), "--lr", str(DEMO_LR),
+                   "--global-batch-size", str(args.batch_size), "--lr", str(DEMO_LR),
                    "--hidden", str(args.hidden), "--train-size", "1024", "--test-size", "200", "--log-json"]
 
 

@@ -13,8 +13,9 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "train_cnn.py"
 PYTHON = sys.executable
 # Tiny and quick: the loss-curve comparisons only need the first iterations.
+# --global-batch-size: one process and W workers train on the same global batch (the same curve).
 EXAMPLE_ARGS = ["--iterations", "20", "--width", "4", "--train-size", "512", "--test-size", "100",
-                "--log-json"]
+                "--global-batch-size", "64", "--log-json"]
 
 
 def clean_env(**extra) -> dict[str, str]:

@@ -37,3 +37,31 @@ def test_torchrun_gives_the_single_process_curve(single_curve):
     records = json_records(result.stdout.splitlines())
     assert records[-1]["workers"] == 2
     assert loss_curve(records) == pytest.approx(single_curve, rel=1e-4, abs=1e-5)
+
+
+def _example_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("train_cnn", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("argv, workers, sizes", [
+    ([], 3, (64, 192)),                                     # torchrun's convention: per process
+    (["--batch-size", "16"], 3, (16, 48)),
+    (["--global-batch-size", "96"], 3, (32, 96)),           # the global batch, split over the workers
+    (["--global-batch-size", "64"], 1, (64, 64)),
+])
+def test_batch_size_is_per_process_unless_global_is_asked(argv, workers, sizes):
+    train_cnn = _example_module()
+    assert train_cnn.batch_sizes(train_cnn.parse_args(argv), workers) == sizes
+
+
+def test_a_global_batch_that_does_not_split_says_what_to_do():
+    train_cnn = _example_module()
+    with pytest.raises(SystemExit, match="--global-batch-size 64 must be a multiple of the 3 workers .* "
+                                         "or give the per-process size with --batch-size"):
+        train_cnn.batch_sizes(train_cnn.parse_args(["--global-batch-size", "64"]), 3)
+    with pytest.raises(SystemExit):  # argparse: one or the other
+        train_cnn.parse_args(["--batch-size", "8", "--global-batch-size", "16"])

@@ -127,3 +127,9 @@ def test_launcher_reports_bad_input_before_starting(tmp_path):
     assert "job " not in result.stderr
     result = run_launcher("--local", str(tmp_path / "missing.py"), timeout=60, env=clean_env())
     assert result.returncode == 2 and "not found" in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--nproc-per-node", "--nproc_per_node", "--workers"])
+def test_torchruns_nproc_per_node_is_an_alias_of_workers(flag):
+    config = parse("--local", flag, "3", SCRIPT, "--nproc-per-node", "9")
+    assert config.workers == 3 and config.script_args == ("--nproc-per-node", "9")  # after SCRIPT: the script's

@@ -25,24 +25,15 @@ import statistics
 from dataclasses import dataclass
 
 from geryon.errors import ConfigError
+from geryon.sim import paper as sim_paper
 
-# Scaling efficiency (0-1), 8 workers, from the slides' Table II (see ../shared/papers/README.md).
-# Columns: vanilla TensorFlow, Partition + Slicing ("slicing"), Partition + Slicing + Geryon.
-PAPER_EFFICIENCY = {
-    ("alexnet", "10gbe"): {"vanilla": 0.364, "slicing": 0.802, "geryon": 0.954},
-    ("vgg19", "10gbe"): {"vanilla": 0.269, "slicing": 0.793, "geryon": 0.946},
-    ("resnet50", "10gbe"): {"vanilla": 0.876, "slicing": 0.900, "geryon": 0.957},
-    ("alexnet", "40gbe"): {"vanilla": 0.794, "slicing": 0.900, "geryon": 0.951},
-    ("vgg19", "40gbe"): {"vanilla": 0.617, "slicing": 0.853, "geryon": 0.948},
-    ("resnet50", "40gbe"): {"vanilla": 0.941, "slicing": 0.941, "geryon": 0.961},
-}
-PAPER_WORKERS = 8
-# Table IV: VGG-19, 8 workers, 10GbE, images/s of Geryon vs TicTac (end-host) per slice size
-# (parameters per slice).
-PAPER_SLICING = {1024 * 1024: {"geryon": 279.2, "endhost": 272.0},
-                 512 * 1024: {"geryon": 276.0, "endhost": 268.0},
-                 256 * 1024: {"geryon": 272.8, "endhost": 216.8}}
-LINKS = {"10gbe": 10e9, "40gbe": 40e9}
+# The paper's figures live once, in geryon/sim/paper.py (keyed (link, model) there); here they are
+# keyed (model, link), and the slicing table names TicTac's column by our policy, `endhost`.
+PAPER_EFFICIENCY = {(model, link): figures for (link, model), figures in sim_paper.PAPER_EFFICIENCY.items()}
+PAPER_WORKERS = sim_paper.PAPER_WORKERS
+PAPER_SLICING = {params: {"geryon": geryon, "endhost": tictac}
+                 for params, (geryon, tictac) in sim_paper.PAPER_SLICING.items()}
+LINKS = sim_paper.LINKS
 MODELS = ("vgg19", "resnet50", "alexnet", "inceptionv3")
 POLICIES = ("vanilla", "slicing", "endhost", "geryon")
 CONTROL = "control-nolimit"

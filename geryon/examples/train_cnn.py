@@ -4,11 +4,13 @@
     python -m geryon.launch --workers 4 examples/train_cnn.py      # geryon (allreduce)
     python -m geryon.launch --mode ps --workers 4 --servers 2 examples/train_cnn.py
     torchrun --nproc-per-node 2 examples/train_cnn.py              # plain torchrun
+    python -m geryon.launch --nproc-per-node 2 examples/train_cnn.py  # torchrun's flag works too
 
 The data set is generated, not downloaded: each class is a smooth random 3x32x32 pattern (from a
 fixed seed), and every image is its class pattern, randomly shifted, plus Gaussian noise; so it is
-learnable but not trivial. `--batch-size` is the GLOBAL batch: each of W workers trains on its
-1/W slice of the same global batch, so W workers follow the same loss curve as one process.
+learnable but not trivial. As under torchrun, `--batch-size` is PER PROCESS: W workers train on a
+global batch of W x batch-size images. `--global-batch-size G` gives the global batch instead (each
+worker takes G/W), so that W workers follow the same loss curve as one process with the same G.
 The printed loss is the mean over workers (the global batch's loss); `--log-json` prints one JSON
 object per iteration for machines ({"iteration", "loss", "time_s"}) and one at the end
 ({"final": true, "accuracy", "images_per_s", ...}).
@@ -86,7 +88,11 @@ def accuracy(model, images, labels) -> float:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=150)
-    parser.add_argument("--batch-size", type=int, default=64, help="global batch size")
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument("--batch-size", type=int, default=None,
+                       help="images per process per iteration, as under torchrun (default 64)")
+    sizes.add_argument("--global-batch-size", type=int, default=None, metavar="G",
+                       help="images per iteration over all workers (each takes G / workers)")
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--width", type=int, default=16, help="channels of the first conv layer")
@@ -101,13 +107,25 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def batch_sizes(args, workers: int) -> tuple[int, int]:
+    """(per-process batch, global batch) from --batch-size or --global-batch-size."""
+    if args.global_batch_size is None:
+        local = 64 if args.batch_size is None else args.batch_size
+        if local < 1:
+            raise SystemExit(f"--batch-size {local} must be at least 1")
+        return local, local * workers
+    if args.global_batch_size < workers or args.global_batch_size % workers:
+        raise SystemExit(f"--global-batch-size {args.global_batch_size} must be a multiple of the {workers} "
+                         f"workers (each trains on global/{workers} images); pick a multiple of {workers}, "
+                         f"or give the per-process size with --batch-size, as under torchrun")
+    return args.global_batch_size // workers, args.global_batch_size
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     job = geryon.init()
-    if args.batch_size % job.world_size:
-        raise SystemExit(f"--batch-size {args.batch_size} must be a multiple of the {job.world_size} workers")
-    local = args.batch_size // job.world_size
+    local, global_batch = batch_sizes(args, job.world_size)
     mine = slice(job.rank * local, (job.rank + 1) * local)
 
     images, labels = make_dataset(args.train_size, seed=args.seed)
@@ -117,7 +135,7 @@ def main(argv=None) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     model, optimizer = geryon.distribute(model, optimizer)
 
-    batches = global_batches(args.train_size, args.batch_size, seed=args.seed)
+    batches = global_batches(args.train_size, global_batch, seed=args.seed)
     started = time.perf_counter()
     for iteration in range(args.iterations):
         index = next(batches)[mine]
@@ -136,7 +154,8 @@ def main(argv=None) -> None:
     if job.is_main:
         summary = {"final": True, "loss": global_loss, "accuracy": accuracy(model, test_images, test_labels),
                    "iterations": args.iterations, "workers": job.world_size, "mode": job.mode,
-                   "seconds": round(elapsed, 3), "images_per_s": round(args.iterations * args.batch_size
+                   "batch_size": local, "global_batch_size": global_batch,
+                   "seconds": round(elapsed, 3), "images_per_s": round(args.iterations * global_batch
                                                                        / elapsed, 1)}
         if args.log_json:
             print(json.dumps(summary), flush=True)

@@ -2,7 +2,7 @@
 
 Usage
 -----
-    python -m geryon.launch [--mode ps|allreduce] [--workers N] [--servers M]
+    python -m geryon.launch [--mode ps|allreduce] [--workers N | --nproc-per-node N] [--servers M]
                             [--policy vanilla|slicing|endhost|geryon]
                             [--priority coarse|search|threshold=T] [--classes SPEC]
                             [--max-classes K]
@@ -12,11 +12,16 @@ Usage
                             [--ps-optimizer auto|server|worker]
                             SCRIPT [ARGS...]
 
-It feels like torchrun: the script is started once per worker, and sees the usual variables. Inside
-the script two lines make it distributed (see geryon.runtime.api)::
+It feels like torchrun: the script is started once per worker, and sees the usual variables
+(`--nproc-per-node N` / `--nproc_per_node N`, torchrun's spelling, is accepted for --workers N).
+Inside the script two lines make it distributed (see geryon.runtime.api)::
 
     ctx = geryon.init()
-    model, optimizer = geryon.distribute(model, optimizer)
+    model, optimizer = geryon.distribute(model, optimizer)   # + DDP's options, e.g. static_graph=True
+
+DDP compatibility (which DDP options and features each mode keeps: no_sync, unused parameters,
+static graph, autocast, SyncBatchNorm, torch.compile, checkpoints, join) is tabulated, cell by
+tested cell, in docs/ddp-compat.md.
 
 Backends (one launcher, three ways to start processes)
 ------------------------------------------------------
@@ -115,7 +120,8 @@ PS training follows one process on the concatenated batch, whatever the optimize
   torch's clip_grad_norm_ (or any edit of .grad after backward) while the servers step would be
   lost, so step() stops with an error saying what to use.
   Buffers (BatchNorm statistics) follow DDP: worker 0's are broadcast before every training forward;
-  SyncBatchNorm works unchanged. Refused before the first step, with what to do: LBFGS,
+  SyncBatchNorm on CPU is refused by distribute() (PyTorch runs it on GPUs only; docs/ddp-compat.md).
+  Refused before the first step, with what to do: LBFGS,
   SparseAdam, --ps-optimizer server for an optimizer the servers cannot run, new parameter groups
   or changed non-numeric settings after the first forward, an optimizer over tensors the model does
   not have, --priority search with the workers stepping.

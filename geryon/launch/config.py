@@ -83,9 +83,10 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
 
     parser.add_argument("--mode", default=twin("mode"), metavar="ps|allreduce",
                         help=f"parameter servers or ring allreduce (default allreduce; {ev.MODE})")
-    parser.add_argument("--workers", default=twin("workers"), metavar="N",
+    parser.add_argument("--workers", "--nproc-per-node", "--nproc_per_node", dest="workers",
+                        default=twin("workers"), metavar="N",
                         help=f"worker processes (default {DEFAULT_WORKERS}, or the hostfile's slots; "
-                             f"{ev.WORKERS})")
+                             f"--nproc-per-node is torchrun's name for it; {ev.WORKERS})")
     parser.add_argument("--servers", default=twin("servers"), metavar="M",
                         help=f"parameter servers, ps mode only (default 1; {ev.SERVERS})")
     parser.add_argument("--policy", default=twin("policy"), metavar="|".join(POLICIES),

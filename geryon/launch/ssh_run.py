@@ -16,7 +16,7 @@ import socket
 from contextlib import ExitStack
 
 from geryon.envvars import JOB_SECRET, REMOTE_PID_MARK
-from geryon.errors import HostKeyError, LaunchError
+from geryon.errors import LaunchError, RemoteError
 from geryon.launch.config import LaunchConfig
 from geryon.launch.environment import job_environment, local_world_sizes, rank_argv
 from geryon.launch.hostfile import HostSpec
@@ -24,6 +24,7 @@ from geryon.launch.orphans import SSH_RANK_REDIRECTS, SSH_WATCHER
 from geryon.launch.placement import RankSpec, place_by_hostfile
 from geryon.launch.rendezvous import hosted_store
 from geryon.launch.supervise import JobResult, interrupts_deferred, supervise
+from geryon.netconf.remote import open_client
 
 CONNECT_TIMEOUT_S = 15.0
 PID_MARK = REMOTE_PID_MARK.encode()
@@ -59,49 +60,12 @@ def run_job(config: LaunchConfig, out=None, err=None) -> JobResult:
                     stack.close()
 
 
-class RefuseUnknownHostKey:
-    """paramiko host-key policy: a host missing from known_hosts is an error, with what to do about it."""
-
-    def __init__(self, known_hosts: str):
-        self.known_hosts = known_hosts
-
-    def missing_host_key(self, client, hostname, key):
-        raise HostKeyError(
-            f"host {hostname} is not in {self.known_hosts} (its {key.get_name()} key has fingerprint "
-            f"{key.fingerprint}); geryon never accepts unknown host keys: check the fingerprint, then "
-            f"add it, e.g. `ssh-keyscan -p PORT HOST >> {self.known_hosts}`")
-
-
 def connect(host: HostSpec, known_hosts: str):
     """An authenticated paramiko SSHClient for `host`, its key verified against `known_hosts`."""
-    import paramiko  # lazy: only this backend needs it
-
-    client = paramiko.SSHClient()
-    client.load_host_keys(known_hosts)
-    client.set_missing_host_key_policy(RefuseUnknownHostKey(known_hosts))
     try:
-        client.connect(host.host, port=host.port, username=host.user, key_filename=host.key,
-                       look_for_keys=host.key is None, allow_agent=host.key is None,
-                       timeout=CONNECT_TIMEOUT_S, banner_timeout=CONNECT_TIMEOUT_S,
-                       auth_timeout=CONNECT_TIMEOUT_S)
-    except paramiko.BadHostKeyException as exc:
-        client.close()
-        raise HostKeyError(
-            f"host {host.address} presented a {exc.key.get_name()} key (fingerprint "
-            f"{exc.key.fingerprint}) that does not match {known_hosts}: refusing to connect (possible "
-            f"man-in-the-middle). If the host was reinstalled, remove its old entry with "
-            f"`ssh-keygen -R '{host.known_hosts_name}' -f {known_hosts}` and add the new key") from None
-    except paramiko.AuthenticationException as exc:
-        client.close()
-        raise LaunchError(f"cannot log in to {host.address} as {host.user or 'the current user'}: {exc}; "
-                          f"check user= and key= in the hostfile") from None
-    except HostKeyError:
-        client.close()
-        raise
-    except (OSError, paramiko.SSHException) as exc:
-        client.close()
-        raise LaunchError(f"cannot connect to {host.address}: {exc}") from None
-    return client
+        return open_client(host.host, host.port, host.user, host.key, known_hosts, timeout=CONNECT_TIMEOUT_S)
+    except RemoteError as exc:
+        raise LaunchError(f"{exc} (hostfile: user=, key=)") from None
 
 
 def remote_command(argv: list[str], env: dict[str, str], cwd: str) -> str:

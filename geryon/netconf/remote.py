@@ -50,7 +50,9 @@ class Endpoint:
         return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
 
 
-class _RefuseUnknownHostKey:
+class RefuseUnknownHostKey:
+    """paramiko host-key policy: a host missing from known_hosts is an error, with what to do about it."""
+
     def __init__(self, known_hosts: str):
         self.known_hosts = known_hosts
 
@@ -61,6 +63,43 @@ class _RefuseUnknownHostKey:
             f"it, e.g. `ssh-keyscan -p PORT HOST >> {self.known_hosts}`")
 
 
+def open_client(host: str, port: int, user: str | None, key: str | None, known_hosts: str,
+                timeout: float = CONNECT_TIMEOUT_S):
+    """An authenticated paramiko SSHClient, its host key verified against `known_hosts`.
+
+    Raises HostKeyError for an unknown or changed host key, RemoteError when the login or the
+    connection fails; the client is closed on every error."""
+    import paramiko  # lazy: only remote targets need it
+
+    address = f"{host}:{port}"
+    known_hosts_name = host if port == 22 else f"[{host}]:{port}"
+    client = paramiko.SSHClient()
+    client.load_host_keys(known_hosts)
+    client.set_missing_host_key_policy(RefuseUnknownHostKey(known_hosts))
+    try:
+        client.connect(host, port=port, username=user, key_filename=key,
+                       look_for_keys=key is None, allow_agent=key is None,
+                       timeout=timeout, banner_timeout=timeout, auth_timeout=timeout)
+    except paramiko.BadHostKeyException as exc:
+        client.close()
+        raise HostKeyError(
+            f"host {address} presented a {exc.key.get_name()} key (fingerprint {exc.key.fingerprint}) "
+            f"that does not match {known_hosts}: refusing to connect (possible man-in-the-middle). If "
+            f"the host was reinstalled, remove its old entry with `ssh-keygen -R '{known_hosts_name}' "
+            f"-f {known_hosts}` and add the new key") from None
+    except paramiko.AuthenticationException as exc:
+        client.close()
+        raise RemoteError(f"cannot log in to {address} as {user or 'the current user'}: {exc}; "
+                          f"check the user and key") from None
+    except HostKeyError:
+        client.close()
+        raise
+    except (OSError, paramiko.SSHException) as exc:
+        client.close()
+        raise RemoteError(f"cannot connect to {address}: {exc}") from None
+    return client
+
+
 def default_known_hosts() -> str:
     return os.path.expanduser("~/.ssh/known_hosts")
 
@@ -69,39 +108,12 @@ class SshShell:
     """One SSH connection; `run` executes a command line and returns (exit code, stdout, stderr)."""
 
     def __init__(self, endpoint: Endpoint, known_hosts: str | None = None):
-        import paramiko  # lazy: only remote targets need it
-
         self.endpoint = endpoint
         self.known_hosts = known_hosts or default_known_hosts()
         if not os.path.exists(self.known_hosts):
             raise HostKeyError(f"known_hosts file {self.known_hosts} does not exist: collect the host keys "
                                f"first, e.g. `ssh-keyscan -p {endpoint.port} {endpoint.host} > FILE`")
-        client = paramiko.SSHClient()
-        client.load_host_keys(self.known_hosts)
-        client.set_missing_host_key_policy(_RefuseUnknownHostKey(self.known_hosts))
-        try:
-            client.connect(endpoint.host, port=endpoint.port, username=endpoint.user, key_filename=endpoint.key,
-                           look_for_keys=endpoint.key is None, allow_agent=endpoint.key is None,
-                           timeout=CONNECT_TIMEOUT_S, banner_timeout=CONNECT_TIMEOUT_S,
-                           auth_timeout=CONNECT_TIMEOUT_S)
-        except paramiko.BadHostKeyException as exc:
-            client.close()
-            raise HostKeyError(
-                f"host {endpoint.address} presented a {exc.key.get_name()} key (fingerprint {exc.key.fingerprint}) "
-                f"that does not match {self.known_hosts}: refusing to connect (possible man-in-the-middle). If "
-                f"the host was reinstalled, remove its old entry with `ssh-keygen -R '{endpoint.known_hosts_name}' "
-                f"-f {self.known_hosts}` and add the new key") from None
-        except paramiko.AuthenticationException as exc:
-            client.close()
-            raise RemoteError(f"cannot log in to {endpoint.address} as {endpoint.user or 'the current user'}: "
-                              f"{exc}; check the user and key") from None
-        except HostKeyError:
-            client.close()
-            raise
-        except (OSError, paramiko.SSHException) as exc:
-            client.close()
-            raise RemoteError(f"cannot connect to {endpoint.address}: {exc}") from None
-        self._client = client
+        self._client = open_client(endpoint.host, endpoint.port, endpoint.user, endpoint.key, self.known_hosts)
 
     def run(self, command: str, stdin: str | None = None, timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
         """Run `command` (a shell line) remotely, feeding `stdin`; return (rc, stdout, stderr)."""

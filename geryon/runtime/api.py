@@ -10,9 +10,9 @@ distributed). It sets up torch.distributed (gloo) when there is more than one wo
 
 `distribute()` makes the updates of all workers identical, equal to one process training on the
 union of their batches:
-  allreduce  the model is wrapped in DistributedDataParallel (users keep DDP; an already wrapped
-             model is kept); under geryon.launch its buckets travel over geryon's priority flows
-             (geryon.runtime.ddp_sync), elsewhere over gloo.
+  allreduce  the model is wrapped in DistributedDataParallel with the DDP options given to
+             distribute() (users keep DDP; an already wrapped model is kept); under geryon.launch its
+             buckets travel over geryon's priority flows (geryon.runtime.ddp_sync), elsewhere over gloo.
   ps         under geryon.launch, an elementwise torch.optim optimizer (SGD, Adam, AdamW, RMSprop,
              Adagrad, ...) runs on the parameter servers: the model gets per-layer forward
              pre-hooks that wait only for their own parameters, and the optimizer is replaced by a
@@ -26,6 +26,9 @@ union of their batches:
              torchrun, Slurm) gradients are averaged with gloo before the user's own step
              (`GradientAverageSync`), the same update a synchronous parameter server computes.
 A job of one worker has nothing to synchronise and trains locally (a ps job's servers stay idle).
+Which DDP features each mode keeps (no_sync, unused parameters, static graph, autocast, SyncBatchNorm,
+torch.compile, checkpoints, join) is tabulated in docs/ddp-compat.md; DDP options a mode cannot
+honour fail in distribute(), before training (geryon.runtime.ddp_options).
 With `--timeline FILE`, forward/backward per layer and every transfer are
 recorded for the job's trace (geryon.timeline).
 """
@@ -72,25 +75,35 @@ def context() -> RankEnv:
     return _context if _context is not None else init()
 
 
-def distribute(model, optimizer, job: RankEnv | None = None):
+def distribute(model, optimizer, job: RankEnv | None = None, **ddp_options):
     """Return (model, optimizer) whose training steps are synchronised across the job's workers.
 
     With geryon's transport (a job started by geryon.launch): allreduce mode gives a
     DistributedDataParallel whose buckets go over geryon's flows; ps mode gives the model back with
     per-layer waits and a stand-in optimizer whose step() pushes gradients and pulls parameters.
     Without it (plain torchrun or Slurm: no job secret, or no servers), gloo does the same work.
+    `ddp_options` are DistributedDataParallel's own keywords (find_unused_parameters, static_graph,
+    bucket_cap_mb, ...), passed to it in allreduce mode; in ps mode any of them set to a value
+    other than DDP's default is refused (geryon.runtime.ddp_options).
     """
     job = job or context()
+    from geryon.runtime import ddp_options as options
     from geryon.timeline import rank_timeline
 
+    options.check_ddp_options(ddp_options, job.mode, job.has_transport)
+    options.refuse_cpu_sync_batchnorm(model)
+    if job.mode == "ps":
+        options.refuse_wrapped_in_ps(model)
     timeline = rank_timeline(job.timeline, job.name)
-    model, optimizer = _synchronised(model, optimizer, job, timeline)
+    model, optimizer = _synchronised(model, optimizer, job, timeline, ddp_options)
+    if job.mode == "ps":
+        options.install_ps_stand_ins(model)
     if timeline is not None:  # after the PS waits, so that a layer's span starts when it can compute
         timeline.watch_module(model.module if hasattr(model, "module") else model)
     return model, optimizer
 
 
-def _synchronised(model, optimizer, job: RankEnv, timeline):
+def _synchronised(model, optimizer, job: RankEnv, timeline, ddp_options: dict):
     if not job.distributed:
         return model, optimizer
     transport = job.has_transport
@@ -99,9 +112,9 @@ def _synchronised(model, optimizer, job: RankEnv, timeline):
             return model, _parameter_servers(model, optimizer, job, timeline)
         GradientAverageSync(model, optimizer, job).attach()
         return model, optimizer
-    from torch.nn.parallel import DistributedDataParallel
+    from geryon.runtime.ddp_options import wrap_ddp
 
-    ddp = model if isinstance(model, DistributedDataParallel) else DistributedDataParallel(model)
+    ddp = wrap_ddp(model, ddp_options)
     if transport:
         from geryon.runtime.ddp_sync import attach_geryon_hook
 

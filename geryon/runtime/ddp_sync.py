@@ -73,7 +73,13 @@ def attach_geryon_hook(ddp, job, timeline=None, optimizer=None):
         current[bucket.index()] = priorities.of_bucket(bucket)
         return geryon_ddp_hook(state, bucket)
 
-    ddp.register_comm_hook(GeryonHookState(group, lambda index: current[index]), hook)
+    try:
+        ddp.register_comm_hook(GeryonHookState(group, lambda index: current[index]), hook)
+    except RuntimeError as exc:  # DDP allows one hook: the user's model already had its own
+        group.close()
+        raise ConfigError("this DistributedDataParallel already has a communication hook; under "
+                          "geryon.launch geryon registers its own (which carries the buckets over its "
+                          f"priority flows): remove yours, or run the script under torchrun ({exc})") from None
     module = ddp.module
     params = list(module.parameters())
     ranking = {"done": False, "busy": False, "search": None}

@@ -3,9 +3,9 @@
 Parameters live on the parameter servers; buffers do not (they are not trained by the optimizer).
 As DistributedDataParallel does with broadcast_buffers=True, every worker takes worker 0's buffers
 before each forward pass in training mode (grad enabled, model.train()), one coalesced gloo
-broadcast, so all workers hold identical buffers and a checkpoint from worker 0 has them. Models
-that want statistics over the global batch use torch.nn.SyncBatchNorm, which works unchanged (it
-reduces over the gloo process group that geryon.init() sets up).
+broadcast, so all workers hold identical buffers and a checkpoint from worker 0 has them.
+torch.nn.SyncBatchNorm (statistics over the global batch) only runs on GPU/XPU tensors in PyTorch,
+so distribute() refuses it on CPU modules (geryon.runtime.ddp_options).
 """
 
 
