@@ -24,6 +24,7 @@ KNOWN_HOSTS = "GERYON_KNOWN_HOSTS"
 TIMELINE = "GERYON_TIMELINE"
 TIMEOUT = "GERYON_TIMEOUT"
 GRACE = "GERYON_GRACE"
+MAX_CLASSES = "GERYON_MAX_CLASSES"   # --priority search over K classes (the launcher sets SEARCH_CLASSES)
 PS_OPTIMIZER = "GERYON_PS_OPTIMIZER"
 
 # -- what the launcher gives every rank (besides torch's RANK, WORLD_SIZE, MASTER_ADDR, ...) -----------
@@ -66,8 +67,12 @@ SEARCH_ITERS = "GERYON_SEARCH_ITERS"
 SEARCH_WARMUP = "GERYON_SEARCH_WARMUP"
 SEARCH_BUDGET = "GERYON_SEARCH_BUDGET"
 SEARCH_FIRST_ROUND = "GERYON_SEARCH_FIRST_ROUND"
+SEARCH_CLASSES = "GERYON_SEARCH_CLASSES"         # K: the search chooses K-1 thresholds (--max-classes K)
+SEARCH_METHOD = "GERYON_SEARCH_METHOD"           # fit or gp
+SEARCH_CONFIRM = "GERYON_SEARCH_CONFIRM"         # last probes re-measuring the best two
 SEARCH_RUN = "GERYON_SEARCH_RUN"
-SEARCH_VARIABLES = (SEARCH_CANDIDATES, SEARCH_ITERS, SEARCH_WARMUP, SEARCH_BUDGET, SEARCH_FIRST_ROUND)
+SEARCH_VARIABLES = (SEARCH_CANDIDATES, SEARCH_ITERS, SEARCH_WARMUP, SEARCH_BUDGET, SEARCH_FIRST_ROUND,
+                    SEARCH_CLASSES, SEARCH_METHOD, SEARCH_CONFIRM)
 
 # -- tools outside a job ----------------------------------------------------------------------------------
 PROFILES = "GERYON_PROFILES"     # a directory of per-layer .dag profiles (else the packaged ones)

@@ -27,7 +27,7 @@ def test_report_renders_png_and_markdown(run_json, tmp_path, capsys):
     png, md = out / "threshold.png", out / "threshold.md"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     text = md.read_text()
-    for needle in ("chosen threshold", "| 0 (high) | 16 |", "Time per candidate", "Expected saving",
+    for needle in ("chosen threshold", "| 0 (high) | ", "Time per candidate", "Expected saving",
                    "exhaustive sweep", "threshold.png"):
         assert needle in text, needle
     assert "wrote" in capsys.readouterr().out
@@ -67,3 +67,18 @@ def test_report_names_the_workers_a_bench_measured(run_json, tmp_path):
     assert main(["report", "threshold", str(emulated), "--out", str(out)]) == 0
     text = (out / "emulated.md").read_text()
     assert "ranks: 2 workers, 1 server;" in text and "1 rank" not in text
+
+
+def test_three_class_report_is_a_heat_map_with_the_two_class_comparison(tmp_path):
+    profile = resolve_profile("vgg19")
+    measure, truth = analytic_measure(profile, 20e9, seed=1)
+    record = run_threshold_bench(measure, SearchSettings(classes=3, iters_per_probe=3),
+                                 profile_context(profile, backend="analytic"), true_iter_s=truth)
+    assert record["sweep"] is None and len(record["chosen_thresholds"]) == 2
+    run = write_run(tmp_path / "RUN.json", record)
+    assert main(["report", "threshold", str(run)]) == 0
+    png, text = tmp_path / "threshold.png", (tmp_path / "threshold.md").read_text()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    for needle in ("3 classes", "chosen thresholds", "fitted iteration time over (t1, t2)",
+                   "best two-class split on the surface", "| 1 |", "| 2 (low) |"):
+        assert needle in text, needle

@@ -43,7 +43,7 @@ def test_emulated_bench_end_to_end(tmp_path, unique_name, capsys):
     out = tmp_path / "RUN.json"
     assert main(["bench", "threshold", "--backend", "emulated", "--model", "vgg19", "--workers", "2",
                  "--servers", "1", "--bandwidth", "40gbit", "--candidates", "0,0.5,1", "--budget", "3",
-                 "--first-round", "3", "--iters-per-probe", "3", "--warmup", "1",
+                 "--first-round", "3", "--iters-per-probe", "3", "--warmup", "1", "--sweep-passes", "1",
                  "--cluster-name", unique_name, "--out", str(out), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     for key in ("chosen", "chosen_iter_s", "sweep_best", "sweep_best_iter_s", "probes"):
@@ -55,8 +55,9 @@ def test_emulated_bench_end_to_end(tmp_path, unique_name, capsys):
     assert record["context"]["backend"] == "emulated" and record["chosen"] in (0.0, 0.5, 1.0)
     assert [p["threshold"] for p in record["sweep"]] == [0.0, 0.5, 1.0]
     assert all(0 < p["iter_s"] < 10 for p in record["sweep"])
-    # 3 search probes + 3 sweep probes + the re-measured choice, 3 iterations each
-    iterations = 7 * 3
+    assert 0 < extra["coarse_iter_s"] < 10 and 0 < extra["no_priority_iter_s"] < 10
+    # 3 search probes + 3 sweep probes + the coarse split + the re-measured choice, 3 iterations each
+    iterations = 8 * 3
     verification = extra["verification"]
     assert verification["iterations"] == iterations and verification["all_ok"]
     assert verification["final_applied"] == [iterations] * 3      # 2 workers and the server

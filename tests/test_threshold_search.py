@@ -36,7 +36,7 @@ def test_fit_keeps_a_cliff_next_to_the_minimum():
 
 def test_probe_protocol_and_switching_only_between_iterations():
     settings = SearchSettings(candidates=(0.0, 0.25, 0.5, 0.75, 1.0), budget=4, first_round=3,
-                              iters_per_probe=3, warmup=1, start_iteration=10)
+                              iters_per_probe=3, warmup=1, start_iteration=10, method="fit", confirm=0)
     search = ThresholdSearch(settings)
     seen = []
     iteration = 10
@@ -71,12 +71,56 @@ def test_protocol_errors():
             SearchSettings(**bad)
 
 
-@pytest.mark.parametrize("model, bandwidth", [("vgg19", 40e9), ("vgg19", 10e9), ("resnet50", 10e9),
+def test_the_last_probes_re_measure_the_best_two_and_the_choice_is_one_of_them():
+    settings = SearchSettings(candidates=tuple(i / 10 for i in range(11)), budget=8, first_round=4,
+                              iters_per_probe=3, warmup=1, confirm=2)
+    search = ThresholdSearch(settings)
+    rng = np.random.default_rng(0)
+    search.run(lambda t: (1.0 + (t - 0.62) ** 2) * rng.lognormal(0, 0.01))
+    rounds = [p["round"] for p in search.probes]
+    assert rounds == [1] * 4 + [2] * 2 + [3] * 2
+    confirmed = [p["threshold"] for p in search.probes[-2:]]
+    assert len(set(confirmed)) == 2 and all(t in [p["threshold"] for p in search.probes[:-2]] for t in confirmed)
+    assert search.chosen in confirmed and search.chosen in (0.6, 0.7)
+    assert search.fit is not None and search.fit.minimum in (0.6, 0.7)
+
+
+def test_three_classes_search_two_thresholds():
+    settings = SearchSettings(classes=3, iters_per_probe=3, warmup=1)
+    assert settings.budget == 16 and settings.first_round_candidates() == [
+        (0.2, 0.4), (0.2, 0.6), (0.2, 0.8), (0.4, 0.6), (0.4, 0.8), (0.6, 0.8)]
+    search = ThresholdSearch(settings)
+    seen = []
+
+    def measure(point):
+        seen.append(point)
+        return 1.0 + (point[0] - 0.3) ** 2 + (point[1] - 0.7) ** 2
+
+    with pytest.raises(ConfigError, match="thresholds_for"):
+        search.threshold_for(0)
+    chosen = search.run(measure)
+    assert len(search.probes) == 16 and all(len(p) == 2 and p[0] < p[1] for p in seen)
+    assert chosen == [pytest.approx(0.3, abs=0.1), pytest.approx(0.7, abs=0.1)]
+    record = search.to_record()
+    assert record["chosen_thresholds"] == chosen and record["context"]["classes"] == 3
+    surface = record["surface"]
+    assert len(surface["axis"]) == 21 and surface["mean_s"][0][0] is None  # t1 < t2 only
+    assert surface["mean_s"][6][14] == pytest.approx(1.0, abs=0.01)
+
+
+def test_settings_validate_classes_and_method():
+    for bad in (dict(classes=1), dict(classes=3, method="fit"), dict(method="bayes"), dict(confirm=-1),
+                dict(classes=4, candidates=(0.5, 1.0))):
+        with pytest.raises(ConfigError):
+            SearchSettings(**bad)
+
+
+@pytest.mark.parametrize("model, bandwidth", [("vgg19", 20e9), ("vgg19", 10e9), ("resnet50", 10e9),
                                               ("resnet50", 5e9)])
 def test_search_within_3_percent_of_the_sweep_with_at_most_10_probes(model, bandwidth):
     profile = resolve_profile(model)
     worst = 1.0
-    for seed in range(20):
+    for seed in range(10):
         measure, truth = analytic_measure(profile, bandwidth, noise=0.02, outlier_rate=0.05, seed=seed)
         record = run_threshold_bench(measure, SearchSettings(), profile_context(profile), true_iter_s=truth)
         extra = record["extra"]

@@ -58,7 +58,18 @@ def add_commands(commands, bench) -> None:
                                  help="share of iterations made 3x slower")
     bench_threshold.add_argument("--seed", type=int, default=0)
     bench_threshold.add_argument("--metric", choices=("position", "bytes"), default="position")
-    bench_threshold.add_argument("--budget", type=int, default=10)
+    bench_threshold.add_argument("--budget", type=int, default=None,
+                                 help="probes in all (default 10 for two classes, 6 more per extra class)")
+    bench_threshold.add_argument("--classes", type=int, default=2,
+                                 help="K: search K-1 thresholds (analytic backend; default 2)")
+    bench_threshold.add_argument("--method", choices=("gp", "fit"), default=None,
+                                 help="fit: the robust spline (default for two classes); gp: Gaussian "
+                                      "process (default for more)")
+    bench_threshold.add_argument("--confirm", type=int, default=2,
+                                 help="last probes re-measuring the two best, alternating (default 2)")
+    bench_threshold.add_argument("--sweep-passes", type=int, default=None,
+                                 help="passes over the candidates in the sweep, each in a random order "
+                                      "(default 3 emulated, 1 analytic)")
     bench_threshold.add_argument("--first-round", type=int, default=6)
     bench_threshold.add_argument("--iters-per-probe", type=int, default=None,
                                  help="iterations per probe (default 5; emulated 8: its iterations vary "
@@ -74,7 +85,7 @@ def add_commands(commands, bench) -> None:
 
 
 def _bench_threshold(args) -> int:
-    from geryon.bench.sweep import analytic_measure, profile_context, run_threshold_bench
+    from geryon.bench.sweep import analytic_measure, coarse_threshold, profile_context, run_threshold_bench
     from geryon.categorize.profiles import resolve_profile
     from geryon.categorize.runrecord import write_run
     from geryon.categorize.search import SearchSettings
@@ -92,7 +103,12 @@ def _bench_threshold(args) -> int:
     if args.backend is None:
         args.backend = "emulated" if os.geteuid() == 0 else "analytic"
     emulated = args.backend == "emulated"
-    settings = SearchSettings(budget=args.budget, first_round=args.first_round,
+    if emulated and args.classes != 2:
+        raise ConfigError("bench threshold --classes K > 2 runs on the analytic backend; a K-class search "
+                          "on the emulated cluster runs in training: python -m geryon.launch --emulate "
+                          "--priority search --max-classes K")
+    settings = SearchSettings(budget=args.budget, first_round=args.first_round, classes=args.classes,
+                              method=args.method, confirm=args.confirm,
                               iters_per_probe=args.iters_per_probe or (8 if emulated else 5),
                               warmup=args.warmup if args.warmup is not None else (2 if emulated else 1),
                               **candidates)
@@ -103,7 +119,8 @@ def _bench_threshold(args) -> int:
                               time_scale=args.time_scale, size_scale=args.size_scale, metric=args.metric,
                               within_class=args.within_class, congestion=args.congestion,
                               spin_margin=args.spin_margin)
-        record = run_emulated_threshold_bench(setup, settings, name=args.cluster_name)
+        record = run_emulated_threshold_bench(setup, settings, name=args.cluster_name,
+                                              sweep_passes=args.sweep_passes or 3, seed=args.seed)
         bandwidth = setup.bandwidth * min(1.0, setup.servers / setup.workers)
         written = write_run(args.out or "RUN.json", record)
         print(f"wrote {written} (render it with `geryon report threshold {written}`)", file=sys.stderr)
@@ -113,20 +130,29 @@ def _bench_threshold(args) -> int:
                                           args.seed)
         context = profile_context(profile, args.metric, backend=args.backend, bandwidth_bps=bandwidth,
                                   workers=args.workers, noise=args.noise, seed=args.seed)
-        record = run_threshold_bench(measure, settings, context, sweep=True, true_iter_s=truth)
+        record = run_threshold_bench(measure, settings, context, sweep=True, true_iter_s=truth,
+                                     sweep_passes=args.sweep_passes or 1, seed=args.seed,
+                                     references={"coarse": coarse_threshold(profile, args.metric)})
         if args.out:
             write_run(args.out, record)
     extra = record["extra"]
     keys = ("chosen", "chosen_iter_s", "sweep_best", "sweep_best_iter_s", "probes", "ratio",
-            "true_ratio", "sweep_ratio", "sweep_fit_ratio", "iteration_noise", "wall_s")
+            "true_ratio", "sweep_ratio", "sweep_fit_ratio", "chosen_sweep_iter_s", "coarse_iter_s",
+            "no_priority_iter_s", "iteration_noise", "wall_s", "true_best", "true_two_class_best_iter_s",
+            "true_chosen_iter_s")
     result = {"backend": args.backend, **{key: extra[key] for key in keys if key in extra}}
     if "verification" in extra:
         result["updates_verified"] = extra["verification"]["all_ok"]
     if args.json:
         print(json.dumps(result, indent=1))
+    elif args.classes != 2:
+        print(f"{profile.model} ({args.backend}, {args.classes} classes): search chose t={extra['chosen']} in "
+              f"{extra['probes']} probes" + (f"; noise-free {100 * (extra['true_ratio'] - 1):+.1f}% vs the best "
+                                             f"pair {extra['true_best']}" if "true_ratio" in extra else ""))
     else:
         print(f"{profile.model} ({args.backend}, {bandwidth / 1e9:g} Gbit/s per worker): search chose "
               f"t={extra['chosen']:g} in {extra['probes']} probes, {extra['chosen_iter_s'] * 1e3:.2f} ms/iter; "
               f"sweep best t={extra['sweep_best']:g}, {extra['sweep_best_iter_s'] * 1e3:.2f} ms/iter "
-              f"(ratio {extra['ratio']:.3f})")
+              f"(ratio {extra['ratio']:.3f}" + (f", in the sweep {extra['sweep_ratio']:.3f}" if "sweep_ratio" in extra
+                                                 else "") + ")")
     return 0

@@ -21,22 +21,36 @@ from geryon.categorize.search import SearchSettings, ThresholdSearch
 
 
 def analytic_measure(profile: LayerProfile, bandwidth: float, metric: str = "position",
-                     noise: float = 0.02, outlier_rate: float = 0.05, seed: int = 0):
-    """(measure_iteration, true_iter_s) for `profile` on the analytic model with noise added."""
+                     noise: float = 0.02, outlier_rate: float = 0.05, seed: int = 0,
+                     burst_rate: float = 0.0, burst_length: int = 4, burst_slowdown: float = 0.25):
+    """(measure_iteration, true_iter_s) for `profile` on the analytic model with noise added.
+
+    Both take a threshold (two classes) or a tuple of K−1 thresholds. Besides independent noise and
+    single slow iterations, `burst_rate` starts (per iteration) a burst of `burst_length` iterations
+    each `burst_slowdown` slower: load from other processes on a shared machine, measured on the
+    emulated cluster as runs of consecutive slow iterations that a probe's median does not remove.
+    """
     model = IterationModel.from_profile(profile, bandwidth)
     exact = model.threshold_measure(profile.ranking(), metric)
     cache: dict[float, float] = {}
     rng = np.random.default_rng(seed)
+    burst = {"left": 0}
 
-    def true_iter_s(threshold: float) -> float:
-        if threshold not in cache:
-            cache[threshold] = exact(threshold)
-        return cache[threshold]
+    def true_iter_s(threshold) -> float:
+        key = threshold if isinstance(threshold, (int, float)) else tuple(threshold)
+        if key not in cache:
+            cache[key] = exact(threshold)
+        return cache[key]
 
     def measure_iteration(threshold: float) -> float:
         value = true_iter_s(threshold) * float(rng.lognormal(0.0, noise)) if noise else true_iter_s(threshold)
         if outlier_rate and rng.random() < outlier_rate:
             value *= 3.0  # a GC pause, a retransmission timeout
+        if burst_rate and not burst["left"] and rng.random() < burst_rate:
+            burst["left"] = burst_length
+        if burst["left"]:
+            burst["left"] -= 1
+            value *= 1.0 + burst_slowdown
         return value
 
     return measure_iteration, true_iter_s
@@ -52,27 +66,74 @@ def profile_context(profile: LayerProfile, metric: str = "position", **extra) ->
     return context
 
 
+def coarse_threshold(profile: LayerProfile, metric: str = "position") -> float:
+    """The threshold equal to the coarse CONV/FC split (`classes.coarse_split`) of `profile`."""
+    from geryon.categorize.classes import coarse_split, positions
+
+    ranking = profile.ranking()
+    assignment = coarse_split(ranking)
+    first_low = next((i for i, c in enumerate(assignment.class_of) if c == 1), len(ranking))
+    return positions(ranking, metric)[first_low] if first_low < len(ranking) else 1.0
+
+
 def run_threshold_bench(measure_iteration, settings: SearchSettings | None = None, context: dict | None = None,
-                        sweep: bool = True, true_iter_s=None) -> dict:
-    """Search, then sweep every candidate, then re-measure the chosen one; return the RUN.json record."""
+                        sweep: bool = True, true_iter_s=None, sweep_passes: int = 1, seed: int = 0,
+                        references: dict | None = None) -> dict:
+    """Search, then sweep every candidate, then re-measure the chosen one; return the RUN.json record.
+
+    The sweep runs `sweep_passes` passes over the candidates, each pass in a fresh random order
+    (seeded), and a candidate's time is the median of its kept iterations over all passes: a burst of
+    load from elsewhere on the machine then hits different candidates in different passes instead of
+    one candidate's whole measurement, and the sweep best is less often a lucky single median.
+    `references` ({name: threshold}, e.g. the coarse CONV/FC split) are measured in every pass too
+    and reported as `extra[name + "_iter_s"]`. Two classes only (a K-class search has no sweep here).
+    """
     settings = settings or SearchSettings()
     search = ThresholdSearch(settings, context=context)
     search.run(measure_iteration)
     kept_slice = slice(settings.warmup, settings.iters_per_probe)
+    extra = {"chosen": search.chosen, "probes": len(search.probes)}
+    if settings.classes != 2:
+        if true_iter_s is not None:  # the noise-free model knows every point: no sweep needed
+            truths = {p: true_iter_s(p) for p in settings.points()}
+            best = min(truths, key=lambda p: (truths[p], p))
+            two = {p: v for p, v in truths.items() if p[0] == 0.0 or p[-1] == 1.0}  # a class left empty
+            best_two = min(two, key=lambda p: (two[p], p))
+            extra.update(true_chosen_iter_s=true_iter_s(search.chosen_point), true_best=list(best),
+                         true_best_iter_s=truths[best], true_two_class_best_iter_s=two[best_two],
+                         true_ratio=true_iter_s(search.chosen_point) / truths[best])
+        return search.to_record(extra=extra)
 
     def probe(threshold):
         times = [measure_iteration(threshold) for _ in range(settings.iters_per_probe)]
         return times, float(np.median(times[kept_slice]))
 
     sweep_points = None
-    extra = {"chosen": search.chosen, "probes": len(search.probes)}
+    references = dict(references or {})
     if sweep:
-        sweep_points = []
-        for threshold in settings.candidates:
-            times, median = probe(threshold)
-            sweep_points.append({"threshold": threshold, "iter_s": median, "times": times})
+        rng = np.random.default_rng(seed)
+        points = {t: {"threshold": t, "times": [], "kept": [], "pass_medians": []} for t in settings.candidates}
+        named = {name: {"threshold": t, "times": [], "kept": [], "pass_medians": []} for name, t in references.items()}
+        jobs = [points[t] for t in settings.candidates] + list(named.values())
+        for _pass in range(max(1, sweep_passes)):
+            for index in rng.permutation(len(jobs)):
+                times, median = probe(jobs[index]["threshold"])
+                jobs[index]["times"].extend(times)
+                jobs[index]["kept"].extend(times[kept_slice])
+                jobs[index]["pass_medians"].append(median)
+        for point in jobs:
+            point["iter_s"] = float(np.median(point.pop("kept")))
+        sweep_points = [points[t] for t in settings.candidates]
         best = min(sweep_points, key=lambda p: (p["iter_s"], p["threshold"]))
-        extra.update(sweep_best=best["threshold"], sweep_best_iter_s=best["iter_s"])
+        extra.update(sweep_best=best["threshold"], sweep_best_iter_s=best["iter_s"], sweep_passes=sweep_passes)
+        at_chosen = points.get(search.chosen)
+        if at_chosen is not None:
+            extra.update(chosen_sweep_iter_s=at_chosen["iter_s"], sweep_ratio=at_chosen["iter_s"] / best["iter_s"])
+        for name, point in named.items():
+            extra[f"{name}_threshold"] = point["threshold"]
+            extra[f"{name}_iter_s"] = point["iter_s"]
+        if 0.0 in points and 1.0 in points:  # one class either way
+            extra["no_priority_iter_s"] = min(points[0.0]["iter_s"], points[1.0]["iter_s"])
     _times, extra["chosen_iter_s"] = probe(search.chosen)
     if sweep:
         extra["ratio"] = extra["chosen_iter_s"] / extra["sweep_best_iter_s"]

@@ -270,30 +270,36 @@ class ReplayedPSJob:
 
 
 def noise_summary(record: dict) -> dict:
-    """The sweep's own time at the chosen threshold, and how noisy single iterations were.
+    """How noisy single iterations were, and the sweep's robust fit at the chosen threshold.
 
     `chosen_iter_s` is a fresh re-measurement while `sweep_best_iter_s` is the smallest of many noisy
-    medians (biased low); `sweep_ratio` compares like with like: the sweep at the chosen threshold
-    over the sweep's best; `sweep_fit_ratio` does the same on the robust fit of the whole sweep.
-    `iteration_noise` is the median relative deviation of the kept iterations from their probe's
-    median.
+    medians (biased low); `sweep_ratio` (from the bench) compares like with like: the sweep at the
+    chosen threshold over the sweep's best; `sweep_fit_ratio` does the same on the robust fit of
+    the whole sweep. `iteration_noise` is the median relative deviation of the kept iterations from
+    their probe's median (per pass of the sweep).
     """
     import numpy as np
 
     sweep = record.get("sweep") or []
-    at_chosen = [p["iter_s"] for p in sweep if p["threshold"] == record["chosen"]]
-    warmup = record["settings"]["warmup"]
-    deviations = [abs(t / p["iter_s"] - 1) for p in sweep for t in p["times"][warmup:] if p["iter_s"]]
+    settings = record["settings"]
+    warmup, length = settings["warmup"], settings["iters_per_probe"]
+
+    def kept(point):
+        times = point["times"]
+        return [t for start in range(0, len(times), length) for t in times[start + warmup:start + length]]
+
+    deviations = []
+    for point in sweep:
+        for start in range(0, len(point["times"]), length):
+            chunk = point["times"][start + warmup:start + length]
+            if chunk:
+                middle = float(np.median(chunk))
+                deviations += [abs(t / middle - 1) for t in chunk if middle]
     summary = {"iteration_noise": float(np.median(deviations)) if deviations else None}
-    if at_chosen:
-        best = min(p["iter_s"] for p in sweep)
-        summary.update(chosen_sweep_iter_s=at_chosen[0], sweep_ratio=at_chosen[0] / best)
-        # The same robust fit the search uses, over every sweep iteration: a single lucky median no
-        # longer sets the reference.
+    if sweep and any(p["threshold"] == record["chosen"] for p in sweep):
         from geryon.categorize.fit import fit_threshold_curve
 
-        fit = fit_threshold_curve({p["threshold"]: p["times"][warmup:] for p in sweep},
-                                  record["settings"]["smoothing"])
+        fit = fit_threshold_curve({p["threshold"]: kept(p) for p in sweep}, settings["smoothing"])
         summary.update(sweep_fit_best=fit.minimum, sweep_fit_best_s=fit.minimum_s,
                        sweep_fit_ratio=float(fit.predict([record["chosen"]])[0]) / fit.minimum_s)
     return summary
@@ -303,9 +309,10 @@ def cluster_name() -> str:
     return "r" + uuid.uuid4().hex[:5]
 
 
-def run_emulated_threshold_bench(setup: EmulatedSetup, settings=None, name: str | None = None) -> dict:
+def run_emulated_threshold_bench(setup: EmulatedSetup, settings=None, name: str | None = None,
+                                 sweep_passes: int = 3, seed: int = 0) -> dict:
     """Search, sweep and re-measure on a fresh emulated cluster; return the RUN.json record."""
-    from geryon.bench.sweep import profile_context, run_threshold_bench
+    from geryon.bench.sweep import coarse_threshold, profile_context, run_threshold_bench
     from geryon.categorize.profiles import resolve_profile
     from geryon.categorize.search import SearchSettings
     from geryon.emulate import EmulatedCluster
@@ -323,7 +330,9 @@ def run_emulated_threshold_bench(setup: EmulatedSetup, settings=None, name: str 
         job = ReplayedPSJob(cluster, setup, profile.ranking())
         try:
             job.start()
-            record = run_threshold_bench(job.measure_iteration, settings, context, sweep=True)
+            record = run_threshold_bench(job.measure_iteration, settings, context, sweep=True,
+                                         sweep_passes=sweep_passes, seed=seed,
+                                         references={"coarse": coarse_threshold(profile, setup.metric)})
             job.finish()
         finally:
             job.stop()

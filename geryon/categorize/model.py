@@ -151,19 +151,18 @@ class IterationModel:
         return sum(self.forward_s) + sum(self.backward_s)
 
     def threshold_measure(self, ranking, metric: str = "position"):
-        """A `measure(threshold) -> seconds` for two classes split at `threshold` over `ranking`."""
+        """A `measure(thresholds) -> seconds`: classes split at a threshold (or K−1 of them) over `ranking`."""
         index = {t.name: i for i, t in enumerate(self.tensors)}
         missing = [p.name for p in ranking if p.name not in index]
         if missing or len(ranking) != len(self.tensors):
             raise ConfigError(f"ranking does not match the model's tensors (e.g. {missing[:3]})")
 
-        def measure(threshold: float) -> float:
-            assignment = threshold_split(ranking, [threshold], metric=metric) if 0 < threshold < 1 \
-                else None
+        def measure(thresholds) -> float:
+            values = [float(thresholds)] if isinstance(thresholds, (int, float)) else [float(t) for t in thresholds]
+            assignment = threshold_split(ranking, values, metric=metric)
             classes = [0] * len(self.tensors)
-            if assignment is not None:
-                for name, cls in zip(assignment.order, assignment.class_of):
-                    classes[index[name]] = cls
+            for name, cls in zip(assignment.order, assignment.class_of):
+                classes[index[name]] = cls
             return self.priority_iteration_time(classes)
 
         return measure

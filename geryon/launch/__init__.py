@@ -5,6 +5,7 @@ Usage
     python -m geryon.launch [--mode ps|allreduce] [--workers N | --nproc-per-node N] [--servers M]
                             [--policy vanilla|slicing|endhost|geryon]
                             [--priority coarse|search|threshold=T] [--classes SPEC]
+                            [--max-classes K]
                             [--emulate [--bw RATE] [--topology star|leafspine]] [--local]
                             [--hostfile FILE [--known-hosts FILE]]
                             [--timeline FILE] [--timeout S] [--grace S]
@@ -76,10 +77,15 @@ Priority classes (--priority)
     GERYON_SEARCH_WARMUP      iterations discarded at the start of each probe (default 1)
     GERYON_SEARCH_BUDGET      probes in all (default 10)
     GERYON_SEARCH_FIRST_ROUND evenly spaced probes before refining (default 6)
+    GERYON_SEARCH_METHOD      fit (robust spline; default for 2 classes) or gp (Gaussian process)
+    GERYON_SEARCH_CONFIRM     last probes re-measuring the best two (default 2)
     GERYON_SEARCH_RUN         the RUN.json path (default: FILE's stem + .RUN.json next to
                               --timeline FILE, else RUN.json in the workers' working directory)
   With the defaults the search spends 10 probes x 5 iterations = 50 iterations; train longer
   than that, or the search ends with the job (no RUN.json).
+  --max-classes K (GERYON_MAX_CLASSES) searches K-1 thresholds over K classes (a Gaussian process
+  over the pairs for K = 3; 10 + 6(K-2) probes, 80 iterations for K = 3) and gives the transport and
+  the emulated switches K classes unless --classes names at least K; the report is a heat-map.
 
 Transport and timeline
 ----------------------

@@ -32,6 +32,7 @@ ENV_TWINS = {
     "priority": ev.PRIORITY, "classes": ev.CLASSES, "emulate": ev.EMULATE, "bw": ev.BW,
     "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
     "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
+    "max_classes": ev.MAX_CLASSES,
 }
 PS_OPTIMIZER_MODES = ("auto", "server", "worker")
 _TRUE = ("1", "true", "yes", "on")
@@ -50,6 +51,7 @@ class LaunchConfig:
     policy: str = ev.DEFAULT_POLICY
     priority: str = "coarse"                     # "coarse" | "search" | "threshold=T"
     classes: str | None = None                   # canonical "name:dscp,..." or None (the default two)
+    max_classes: int | None = None               # --priority search: search K−1 thresholds (K classes)
     backend: str = "local"                       # "local" | "emulate" | "ssh"
     bw: int = 100_000_000                        # emulated link rate, bits/s
     topology: str = "star"
@@ -93,6 +95,9 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                         help=f"how parameters are split into classes (default coarse; {ev.PRIORITY})")
     parser.add_argument("--classes", default=twin("classes"), metavar="SPEC",
                         help=f"priority classes, e.g. 'high:46,low:0' or '3' ({ev.CLASSES})")
+    parser.add_argument("--max-classes", default=twin("max_classes"), metavar="K",
+                        help="with --priority search: search K-1 thresholds over K classes (default 2; "
+                             f"--classes defaults to K classes; {ev.MAX_CLASSES})")
     parser.add_argument("--emulate", action="store_true", default=None,
                         help=f"run on an emulated cluster in namespaces (default when root; {ev.EMULATE})")
     parser.add_argument("--bw", default=twin("bw"), metavar="RATE",
@@ -140,6 +145,9 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     policy = _choice(args.policy or "geryon", POLICIES, "--policy")
     priority = check_priority(args.priority or "coarse")
     classes = check_classes(args.classes)
+    max_classes = _count(getattr(args, "max_classes", None), "--max-classes", minimum=2)
+    if max_classes is not None:
+        classes = _search_classes(priority, classes, max_classes)
     backend = _choose_backend(bool(args.emulate), bool(args.local), args.hostfile)
     if backend != "emulate":
         for flag, value in (("--bw", args.bw), ("--topology", args.topology)):
@@ -193,9 +201,25 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     grace = _seconds(args.grace, "--grace", allow_zero=True)
     return LaunchConfig(
         script=script, script_args=tuple(args.script_args or ()), mode=mode, workers=workers,
-        servers=servers, policy=policy, priority=priority, classes=classes, backend=backend, bw=bw,
+        servers=servers, policy=policy, priority=priority, classes=classes, max_classes=max_classes,
+        backend=backend, bw=bw,
         topology=topology, hosts=hosts, known_hosts=known_hosts, timeline=timeline, timeout=timeout,
         grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer)
+
+
+def _search_classes(priority: str, classes: str | None, max_classes: int) -> str:
+    """--max-classes K: only with --priority search; the transport needs at least K classes."""
+    if priority != "search":
+        raise ConfigError(f"--max-classes {max_classes} sets how many classes --priority search uses; with "
+                          f"--priority {priority} the classes are fixed (drop --max-classes, or use "
+                          "--priority search)")
+    if classes is None:
+        return check_classes(str(max_classes))
+    count = len(classes.split(","))
+    if count < max_classes:
+        raise ConfigError(f"--max-classes {max_classes} needs at least {max_classes} priority classes, but "
+                          f"--classes {classes!r} has {count}; give more classes or a smaller --max-classes")
+    return classes
 
 
 def default_backend() -> str:

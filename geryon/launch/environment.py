@@ -17,7 +17,7 @@ from geryon.launch.placement import RankSpec
 TORCH_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 # Launcher-only twins: meaningless inside a rank, and a nested launcher must not inherit them.
 _LAUNCHER_ONLY = tuple(ENV_TWINS[k] for k in ("emulate", "local", "hostfile", "known_hosts", "timeout",
-                                              "grace", "bw", "topology"))
+                                              "grace", "bw", "topology", "max_classes"))
 
 
 def rank_argv(config: LaunchConfig, spec: RankSpec, python: str | None = None) -> list[str]:
@@ -53,6 +53,8 @@ def job_environment(config: LaunchConfig, spec: RankSpec, master_addr: str, mast
         ev.PS_OPTIMIZER: config.ps_optimizer,
         "WORLD_SIZE": str(config.workers),
     }
+    if config.max_classes:
+        env[ev.SEARCH_CLASSES] = str(config.max_classes)  # the search's K (rank 0's is everyone's)
     if spec.role == "worker":
         env.update(RANK=str(spec.index), LOCAL_RANK=str(spec.local_rank), GROUP_RANK=str(spec.host),
                    LOCAL_WORLD_SIZE=str(local_world_size))

@@ -20,6 +20,10 @@ SearchSettings', measured in geryon.categorize.search):
   GERYON_SEARCH_WARMUP       of those, discarded at the start of each probe (default 1)
   GERYON_SEARCH_BUDGET       probes in all (default 10)
   GERYON_SEARCH_FIRST_ROUND  evenly spaced probes before refining (default 6)
+  GERYON_SEARCH_CLASSES      K: search K−1 thresholds (default 2; the launcher's --max-classes K sets it;
+                             the transport needs at least K classes, --classes)
+  GERYON_SEARCH_METHOD       fit (robust spline, two classes) or gp (Gaussian process; default for K > 2)
+  GERYON_SEARCH_CONFIRM      last probes re-measuring the best two (default 2)
   GERYON_SEARCH_RUN          where rank 0 writes RUN.json (default: next to --timeline FILE as
                              FILE's stem + `.RUN.json`, else `RUN.json` in the working directory)
 """
@@ -42,7 +46,8 @@ from geryon.runtime.priorities import agree_on_assignment
 log = logging.getLogger(__name__)
 
 SETTING_VARIABLES = dict(zip(envvars.SEARCH_VARIABLES,
-                             ("candidates", "iters_per_probe", "warmup", "budget", "first_round")))
+                             ("candidates", "iters_per_probe", "warmup", "budget", "first_round", "classes",
+                              "method", "confirm")))
 SEARCH_KEY = "search/"
 
 
@@ -54,6 +59,8 @@ def search_settings(env: RankEnv) -> SearchSettings:
         try:
             if name == "candidates":
                 values[name] = tuple(float(item) for item in text.split(",") if item.strip())
+            elif name == "method":
+                values[name] = text
             else:
                 values[name] = int(text)
         except ValueError:
@@ -105,12 +112,15 @@ class TrainingSearch:
                    for p in self.ranking]
         self.search = ThresholdSearch(self._agreed_settings(),
                                       StoreReducer(store, self.prefix, job.rank, job.world_size),
-                                      {"metric": "position", "classes": 2, "tensors": tensors,
-                                       **(context or {})})
+                                      {"metric": "position", "tensors": tensors, **(context or {})})
+        classes = self.search.settings.classes
+        if max_classes is not None and classes > max_classes:
+            raise ConfigError(f"the search was asked for {classes} classes ({envvars.SEARCH_CLASSES}) but the "
+                              f"transport has {max_classes}; launch with --classes {classes} (or more)")
         self.iteration = 0          # the iteration now running (0-based optimizer steps)
         self.switches: list[dict] = []
-        self.threshold = self.search.threshold_for(0)
-        self.assignment = self._agree(self.threshold, 0)
+        self.thresholds = self.search.thresholds_for(0)
+        self.assignment = self._agree(self.thresholds, 0)
         self.run_path: Path | None = None
         self._started = time.monotonic()
         atexit.register(self._note_if_unfinished)
@@ -142,15 +152,16 @@ class TrainingSearch:
         finished = self.iteration
         self.search.record(finished, ended - self._started)
         self.iteration += 1
-        threshold = self.search.threshold_for(self.iteration)
+        thresholds = self.search.thresholds_for(self.iteration)
         changed = None
-        if threshold != self.threshold:
-            self.threshold = threshold
-            self.assignment = self._agree(threshold, len(self.switches) + 1)
-            self.switches.append({"iteration": self.iteration, "threshold": threshold,
+        if thresholds != self.thresholds:
+            self.thresholds = thresholds
+            self.assignment = self._agree(thresholds, len(self.switches) + 1)
+            self.switches.append({"iteration": self.iteration, "thresholds": list(thresholds),
+                                  **({"threshold": thresholds[0]} if len(thresholds) == 1 else {}),
                                   "digest": self.assignment.digest()})
             print(f"geryon: search switch {len(self.switches)} before iteration {self.iteration}: "
-                  f"threshold {threshold:.4g}, {self.assignment.bytes_per_class()} bytes per class "
+                  f"threshold {_label(thresholds)}, {self.assignment.bytes_per_class()} bytes per class "
                   f"(digest {self.assignment.digest()[:12]})", file=sys.stderr, flush=True)
             changed = self.assignment
         if self.search.done and self.run_path is None:
@@ -158,15 +169,19 @@ class TrainingSearch:
         self._started = time.monotonic()  # the switch itself counts toward the next (warm-up) iteration
         return changed
 
-    def _agree(self, threshold: float, switch: int) -> Assignment:
-        assignment = threshold_split(self.ranking, [threshold], max_classes=self.max_classes)
+    @property
+    def threshold(self) -> float:
+        """Two classes: the threshold now in use."""
+        return self.thresholds[0]
+
+    def _agree(self, thresholds, switch: int) -> Assignment:
+        assignment = threshold_split(self.ranking, list(thresholds), max_classes=self.max_classes)
         agree_on_assignment(self.store, f"{self.prefix}switch/{switch}/", self.rank, self.world_size,
                             assignment)
         return assignment
 
     def _finish(self) -> None:
         self.run_path = run_record_path(self.job)
-        chosen = self.search.chosen
         if self.rank != 0:
             return
         record = self.search.to_record(extra={"switches": self.switches,
@@ -177,5 +192,9 @@ class TrainingSearch:
         except OSError as exc:
             where = f"; could not write {self.run_path}: {exc}"
         print(f"geryon: threshold search done after {self.iteration} iterations: chosen threshold "
-              f"{chosen:.4g} (fitted {record['chosen_fitted_s'] or 0:.4f} s per iteration), kept for "
-              f"the rest of training{where}", file=sys.stderr, flush=True)
+              f"{_label(self.search.chosen_point)} (fitted {record['chosen_fitted_s'] or 0:.4f} s per iteration), "
+              f"kept for the rest of training{where}", file=sys.stderr, flush=True)
+
+
+def _label(thresholds) -> str:
+    return ",".join(f"{t:.4g}" for t in thresholds)
