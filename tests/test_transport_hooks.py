@@ -21,10 +21,12 @@ def _free_port():
 
 
 def test_ddp_hook_with_store_rendezvous():
-    world, master = 2, _free_port()
+    world = 2
     config = TransportConfig(secret="t", timeout=20)
-    store = dist.TCPStore("127.0.0.1", master, world, is_master=True, wait_for_workers=False,  # noqa: F841
+    # port 0: the store picks a free port itself, so no other process can take it in between
+    store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=20))  # the master store must stay alive while ranks use it
+    master = store.port
     results = [None] * world
 
     class FakeBucket:   # the two methods of dist.GradBucket the hook uses
