@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from contextlib import contextmanager
@@ -28,7 +29,9 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.nodelib import LinuxBridge
 
+from geryon.childproc import ChildProcess
 from geryon.emulate.check import traffic_result
+from geryon.errors import EmulationError
 from geryon.emulate.traffic import traffic_argv
 from geryon.netconf import default_classes, install_priority_queues, read_class_counters, remove_queues
 
@@ -69,8 +72,14 @@ def priority_network(bw_mbit: float = 100, priority: bool = True, tag: str | Non
             net.stop()
 
 
-def _popen(host, *argv: str) -> subprocess.Popen:
-    return host.popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _start(host, *argv: str) -> ChildProcess:
+    """A traffic process in a Mininet host (Mininet's own popen enters the host), read as geryon's
+    other children are: JSON lines on stdout, stderr kept for the error message."""
+    stderr = tempfile.TemporaryFile("a+")
+    process = host.popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                         text=True, bufsize=1)
+    return ChildProcess(process, f"traffic {argv[3] if len(argv) > 3 else ''} on {host.name}", EmulationError,
+                        stderr)
 
 
 def _counters(dev: str) -> list[dict]:
@@ -86,13 +95,12 @@ def run_contention(bw_mbit: float = 100, priority: bool = True, congestion: str 
     with priority_network(bw_mbit, priority) as (net, ports):
         h1, h2, h3 = net.hosts
         bottleneck = ports[h3.name]
-        sink = _popen(h3, *traffic_argv("sink", "--port", str(SINK_PORT)))
+        sink = _start(h3, *traffic_argv("sink", "--port", str(SINK_PORT)))
         try:
-            if not sink.stdout.readline():
-                raise RuntimeError(f"sink did not start: {sink.stderr.read()}")
+            sink.next_line(30)  # the sink says it listens
 
             def sender(host, mode, dscp, *options):
-                return _popen(host, *traffic_argv(mode, h3.IP(), "--port", str(SINK_PORT), "--dscp", str(dscp),
+                return _start(host, *traffic_argv(mode, h3.IP(), "--port", str(SINK_PORT), "--dscp", str(dscp),
                                                   "--congestion", congestion, *options))
 
             burst_args = ("--bytes", str(burst_bytes), "--repeat", str(burst_repeat))
@@ -110,11 +118,9 @@ def run_contention(bw_mbit: float = 100, priority: bool = True, congestion: str 
             try:
                 contended = traffic_result(sender(h1, "burst", high, *burst_args, "--start-at", repr(start + 1.0)), 60)
             finally:
-                background.kill()
-                background.communicate()
+                background.close()
         finally:
-            sink.kill()
-            sink.communicate()
+            sink.close()
     total = high_flow["throughput_bps"] + low_flow["throughput_bps"]
     return {
         "bw_mbit": bw_mbit, "priority": priority, "congestion": congestion, "bottleneck": bottleneck,
