@@ -20,7 +20,9 @@ from launch_support import (EXAMPLE, clean_env, json_records, loss_curve, rank_l
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
-ARGS = ["--iterations", "120", "--width", "4", "--train-size", "512", "--test-size", "100", "--log-json"]
+# 400 iterations (~9 s of training on a quiet machine): long enough for >= 3 outages however fast it runs
+ARGS = ["--iterations", "400", "--width", "4", "--train-size", "512", "--test-size", "100",
+        "--global-batch-size", "64", "--log-json"]  # one process and 2 workers: the same global batch
 TIMEOUT_S = 12
 
 
@@ -71,7 +73,7 @@ def _first_line(launcher, lines: list[str], name: str) -> str:
 
 @pytest.fixture(scope="module")
 def single_curve():
-    return loss_curve(run_single_process(*ARGS))
+    return loss_curve(run_single_process(*ARGS, "--iterations", "20"))  # the last --iterations wins
 
 
 def _launch_args(mode_args):
