@@ -493,7 +493,11 @@ class ParameterServer(PoolOwner):
                                dtype=state.dtype_code, priority=shard.priority)
         key = self.policy.send_key(state.version, shard.priority, shard.urgency, next_sequence())
         try:
-            flow = self.pool.flow(worker, self.policy.flow_of(shard.priority))
+            # A worker's other class flows may still be between ACCEPT and registration when its
+            # PULL (on flow 0) arrives: wait for them unless the worker has said goodbye (a failed
+            # worker ends the wait at once, a silent one after the timeout).
+            flow = self.pool.flow(worker, self.policy.flow_of(shard.priority),
+                                  wait=not self.pool.has_left(worker))
         except TransportError as exc:
             log.warning("server %d: not sending tensor %d to worker %d, which is gone: %s",
                         self.index, shard.tensor_id, worker, exc)
