@@ -5,11 +5,11 @@ import socket
 import pytest
 import torch
 
-from geryon.errors import ProtocolError
+from geryon.errors import ConfigError, ProtocolError
 from geryon.transport.allreduce import reference_allreduce_tensors
 from transport_support import serve_world_of_threads
 from geryon.transport.config import TransportConfig
-from geryon.transport.flows import TCP_NOTSENT_LOWAT
+from geryon.transport.flows import TCP_NOTSENT_LOWAT, TCP_RTO_MAX_MS
 
 SIZES = (1, 7, 3001, 1, 10007, 2)   # odd sizes, fewer elements than ranks, buckets and big tensors
 PRIORITIES = [0, 1, 1, 0, 1, 0]
@@ -89,3 +89,24 @@ def test_flows_are_marked_per_class():
     for marks in serve_world_of_threads(2, config, body):
         assert marks == {0: (46, 128 * 1024, b"cubic"), 1: (26, 128 * 1024, b"cubic"),
                          2: (0, 128 * 1024, b"cubic")}
+
+
+def _kernel_caps_rto() -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS, 1000)
+        except OSError:
+            return False
+    return True
+
+
+@pytest.mark.skipif(not _kernel_caps_rto(), reason="TCP_RTO_MAX_MS needs Linux >= 6.15")
+def test_flows_cap_the_retransmission_backoff():
+    """After an outage a flow retransmits within rto_max_ms of the link's return, not up to 2x later."""
+    def body(group):
+        return {flow.sock.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS) for flow in group.pool.flows.values()}
+
+    assert serve_world_of_threads(2, TransportConfig(secret="t"), body) == [{1000}, {1000}]
+    assert serve_world_of_threads(2, TransportConfig(secret="t", rto_max_ms=5000), body) == [{5000}, {5000}]
+    with pytest.raises(ConfigError, match="rto_max_ms"):
+        TransportConfig(secret="t", rto_max_ms=10)

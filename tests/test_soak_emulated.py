@@ -117,9 +117,12 @@ def test_soak_with_mixed_faults_and_hostile_clients():
                     if status:
                         samples.setdefault(pid, []).append((time.monotonic() - started, *status))
                 if int(time.monotonic() - started) % 20 == 10 and "h2" in ranks:
-                    os.kill(ranks["h2"], signal.SIGSTOP)        # worker 1 pauses below the timeout
-                    stop.wait(3.0)
-                    os.kill(ranks["h2"], signal.SIGCONT)
+                    try:
+                        os.kill(ranks["h2"], signal.SIGSTOP)    # worker 1 pauses below the timeout
+                        stop.wait(3.0)
+                        os.kill(ranks["h2"], signal.SIGCONT)
+                    except ProcessLookupError:
+                        return                                  # the job has ended
                 stop.wait(1.0)
 
         sampler = threading.Thread(target=sample, daemon=True)

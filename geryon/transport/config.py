@@ -31,6 +31,9 @@ class TransportConfig:
     timeout: float = 60.0                        # seconds without progress before PeerTimeout
     tcp_congestion: str | None = None            # e.g. "cubic", "bbr"; None = system default
     notsent_lowat: int | None = 128 * 1024       # TCP_NOTSENT_LOWAT; None leaves it alone
+    # TCP_RTO_MAX_MS (Linux >= 6.15; ignored where absent): caps the retransmission backoff, so a flow
+    # resumes within this long after a link comes back instead of up to 2x the outage; None = 120 s default
+    rto_max_ms: int | None = 1000
     max_payload: int = 1 << 30                   # largest data frame accepted, in bytes
     placement: str = "count"                     # PS slices over servers: "count" round-robin, "bytes" balanced
     # called with a TransferEvent per data slice queued / sent / received (see transport.trace)
@@ -50,6 +53,8 @@ class TransportConfig:
         if self.slice_bytes < 1024 or self.bucket_bytes < 1 or not 0 < self.timeout < math.inf:
             raise ConfigError("slice_bytes must be >= 1024, bucket_bytes >= 1 and timeout > 0")
         get_policy(self.policy)
+        if self.rto_max_ms is not None and not 1000 <= self.rto_max_ms <= 120_000:
+            raise ConfigError(f"rto_max_ms {self.rto_max_ms}: Linux accepts 1000..120000 (or None)")
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"placement {self.placement!r}: choose one of {', '.join(PLACEMENTS)}")
 
