@@ -26,6 +26,7 @@ TIMEOUT = "GERYON_TIMEOUT"
 GRACE = "GERYON_GRACE"
 MAX_CLASSES = "GERYON_MAX_CLASSES"   # --priority search over K classes (the launcher sets SEARCH_CLASSES)
 PS_OPTIMIZER = "GERYON_PS_OPTIMIZER"
+TLS = "GERYON_TLS"                   # --tls: TLS on the data flows, per-job credentials
 
 # -- what the launcher gives every rank (besides torch's RANK, WORLD_SIZE, MASTER_ADDR, ...) -----------
 ROLE = "GERYON_ROLE"
@@ -38,6 +39,8 @@ BACKEND = "GERYON_BACKEND"
 HOST_IP = "GERYON_HOST_IP"
 IFACE = "GERYON_IFACE"
 STORE_PREFIX = "GERYON_STORE_PREFIX"
+TLS_FILE = "GERYON_TLS_FILE"                 # --tls: the job's key + certificate, a 0600 file (local, emulate)
+TLS_CREDENTIALS = "GERYON_TLS_CREDENTIALS"   # --tls over SSH: the same, base64, read from the channel's stdin
 
 JOB_VARIABLES = {
     ROLE: "worker or server",
@@ -58,6 +61,8 @@ JOB_VARIABLES = {
     TIMELINE: "where the job's trace goes (empty: no trace)",
     STORE_PREFIX: "key prefix in the TCPStore reserved for geryon's own rendezvous",
     PS_OPTIMIZER: "ps mode: auto, server or worker (who runs the optimizer)",
+    TLS_FILE: "--tls: a 0600 file with the job's TLS key and certificate (PEM)",
+    TLS_CREDENTIALS: "--tls over SSH: the job's TLS key and certificate, base64 PEM (sent on stdin)",
 }
 
 # -- inherited by ranks from the launcher's environment (no flag) ---------------------------------------

@@ -32,7 +32,7 @@ ENV_TWINS = {
     "priority": ev.PRIORITY, "classes": ev.CLASSES, "emulate": ev.EMULATE, "bw": ev.BW,
     "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
     "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
-    "max_classes": ev.MAX_CLASSES,
+    "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
 }
 PS_OPTIMIZER_MODES = ("auto", "server", "worker")
 _TRUE = ("1", "true", "yes", "on")
@@ -63,6 +63,8 @@ class LaunchConfig:
     ps_optimizer: str = "auto"                   # ps mode: who runs the optimizer (auto | server | worker)
     job_id: str = field(default_factory=lambda: "j" + secrets.token_hex(3)[:5])  # also the cluster name
     secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
+    tls: bool = False                            # TLS on the data flows (geryon.transport.tls)
+    tls_file: str | None = None                  # set by the launcher: the job's credentials (0600)
 
     @property
     def ranks(self) -> int:
@@ -121,6 +123,9 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                         help="ps mode: the servers run the optimizer (elementwise torch.optim classes) or "
                              "average gradients for the workers to step (default auto: the servers when "
                              f"they can; {ev.PS_OPTIMIZER})")
+    parser.add_argument("--tls", action="store_true", default=None,
+                        help="encrypt the data flows with TLS; the launcher makes a key and certificate "
+                             f"for the job and every rank verifies its peers' against it ({ev.TLS})")
     parser.add_argument("script", metavar="SCRIPT", help="the training script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                         help="arguments for the script")
@@ -135,6 +140,8 @@ def parse_launch_args(argv: list[str] | None = None, environ=None) -> LaunchConf
         args.emulate = _flag_from_env(env, "emulate")
     if args.local is None:
         args.local = _flag_from_env(env, "local")
+    if args.tls is None:
+        args.tls = _flag_from_env(env, "tls")
     return config_from_args(args)
 
 
@@ -204,7 +211,8 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         servers=servers, policy=policy, priority=priority, classes=classes, max_classes=max_classes,
         backend=backend, bw=bw,
         topology=topology, hosts=hosts, known_hosts=known_hosts, timeline=timeline, timeout=timeout,
-        grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer)
+        grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer,
+        tls=bool(getattr(args, "tls", False)))
 
 
 def _search_classes(priority: str, classes: str | None, max_classes: int) -> str:

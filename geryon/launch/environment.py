@@ -17,7 +17,7 @@ from geryon.launch.placement import RankSpec
 TORCH_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 # Launcher-only twins: meaningless inside a rank, and a nested launcher must not inherit them.
 _LAUNCHER_ONLY = tuple(ENV_TWINS[k] for k in ("emulate", "local", "hostfile", "known_hosts", "timeout",
-                                              "grace", "bw", "topology", "max_classes"))
+                                              "grace", "bw", "topology", "max_classes", "tls"))
 
 
 def rank_argv(config: LaunchConfig, spec: RankSpec, python: str | None = None) -> list[str]:
@@ -61,6 +61,8 @@ def job_environment(config: LaunchConfig, spec: RankSpec, master_addr: str, mast
         env[ev.WORKER_RANK] = str(spec.index)
     else:
         env[ev.SERVER_RANK] = str(spec.index)
+    if config.tls_file:
+        env[ev.TLS_FILE] = config.tls_file
     if host_ip:
         env[ev.HOST_IP] = host_ip
     if iface:

@@ -5,6 +5,7 @@ import sys
 
 from geryon.errors import ConfigError, GeryonError
 from geryon.launch.config import LaunchConfig, parse_launch_args
+from geryon.launch.credentials import job_credentials
 from geryon.launch.supervise import EXIT_INTERRUPTED, JobResult
 from geryon.signals import sigterm_as_interrupt
 
@@ -20,7 +21,8 @@ def run(config: LaunchConfig, out=None, err=None) -> JobResult:
     """Run one job to its end with the backend the config names; raises GeryonError on setup errors."""
     backend = importlib.import_module(BACKEND_MODULES[config.backend])
     try:
-        return backend.run_job(config, out=out, err=err)
+        with job_credentials(config) as job:     # --tls: the job's key and certificate, removed after
+            return backend.run_job(job, out=out, err=err)
     finally:
         if config.timeline:
             merge_timeline(config.timeline, err)
@@ -42,7 +44,7 @@ def describe(config: LaunchConfig) -> str:
              "emulate": f"an emulated {config.topology} cluster at {config.bw / 1e6:g} Mbit/s"}
     return (f"job {config.job_id}: {config.workers} worker{'s' * (config.workers != 1)}{servers}, "
             f"{config.mode}, policy {config.policy}, priority {config.priority}, "
-            f"on {where[config.backend]}")
+            f"on {where[config.backend]}{', TLS' if config.tls else ''}")
 
 
 def main(argv: list[str] | None = None) -> int:

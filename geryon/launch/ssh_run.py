@@ -4,7 +4,8 @@ Every host is connected to (and its key checked against known_hosts) before any 
 unknown or changed host key is a HostKeyError, never silently accepted. Each rank is one exec
 channel running `cd CWD && read SECRET && exec env VARS... PYTHON SCRIPT ARGS`: the job secret is
 never on a command line (which `ps` shows every user of the host, and sshd may log); the launcher
-writes it as the first line of the channel's stdin, and the shell exports it. The remote shell first
+writes it as the first line of the channel's stdin, and the shell exports it. Under --tls the job's
+TLS key and certificate follow the same way, base64 on the second line (GERYON_TLS_CREDENTIALS). The remote shell first
 reports its PID, which sshd made a session (and process group) leader, so stopping a rank is `kill -SIG -- -PID`
 on the same connection. The launcher hosts the TCPStore; ranks dial the address the launcher has
 toward the first host.
@@ -15,7 +16,7 @@ import shlex
 import socket
 from contextlib import ExitStack
 
-from geryon.envvars import JOB_SECRET, REMOTE_PID_MARK
+from geryon.envvars import JOB_SECRET, REMOTE_PID_MARK, TLS_CREDENTIALS, TLS_FILE
 from geryon.errors import LaunchError, RemoteError
 from geryon.launch.config import LaunchConfig
 from geryon.launch.environment import job_environment, local_world_sizes, rank_argv
@@ -25,6 +26,7 @@ from geryon.launch.placement import RankSpec, place_by_hostfile
 from geryon.launch.rendezvous import hosted_store
 from geryon.launch.supervise import JobResult, interrupts_deferred, supervise
 from geryon.netconf.remote import open_client
+from geryon.transport.tls import load_credentials
 
 CONNECT_TIMEOUT_S = 15.0
 PID_MARK = REMOTE_PID_MARK.encode()
@@ -49,9 +51,11 @@ def run_job(config: LaunchConfig, out=None, err=None) -> JobResult:
                 env = job_environment(config, spec, master_addr, port, sizes.get(spec.host, 0),
                                       host_ip=resolve(host), iface=host.iface)
                 argv = rank_argv(config, spec, python=host.python)
-                secret = env.pop(SECRET_VARIABLE)
-                return SshRank(spec, clients[spec.host], remote_command(argv, env, os.getcwd()), host,
-                               stdin_line=secret)
+                lines = [env.pop(SECRET_VARIABLE)]
+                if TLS_FILE in env:      # the file is on this host: its content travels on stdin
+                    lines.append(load_credentials(env.pop(TLS_FILE)).encoded())
+                command = remote_command(argv, env, os.getcwd(), tls=len(lines) > 1)
+                return SshRank(spec, clients[spec.host], command, host, stdin_line="\n".join(lines))
 
             try:
                 return supervise(specs, start, config.grace, config.timeout, out, err)
@@ -68,14 +72,17 @@ def connect(host: HostSpec, known_hosts: str):
         raise LaunchError(f"{exc} (hostfile: user=, key=)") from None
 
 
-def remote_command(argv: list[str], env: dict[str, str], cwd: str) -> str:
-    """The shell line run on the host: report the PID, enter CWD, read the job secret from stdin,
-    exec the rank with its variables. `env` must not hold the secret (it would be on the line)."""
-    if SECRET_VARIABLE in env:
-        raise LaunchError(f"{SECRET_VARIABLE} must reach a remote rank on stdin, not its command line")
+def remote_command(argv: list[str], env: dict[str, str], cwd: str, tls: bool = False) -> str:
+    """The shell line run on the host: report the PID, enter CWD, read the job secret (and with `tls`
+    the TLS credentials) from stdin, exec the rank with its variables. `env` must not hold either."""
+    for variable in (SECRET_VARIABLE, TLS_CREDENTIALS):
+        if variable in env:
+            raise LaunchError(f"{variable} must reach a remote rank on stdin, not its command line")
     variables = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
+    credentials = (f"IFS= read -r {TLS_CREDENTIALS} || exit 126; export {TLS_CREDENTIALS}; "
+                   if tls else "")
     return (f"printf '{PID_MARK.decode()}%s\\n' $$; cd {shlex.quote(cwd)} || exit 127; "
-            f"IFS= read -r {SECRET_VARIABLE} || exit 126; export {SECRET_VARIABLE}; "
+            f"IFS= read -r {SECRET_VARIABLE} || exit 126; export {SECRET_VARIABLE}; {credentials}"
             f"{SSH_WATCHER} exec env {variables} {shlex.join(argv)} {SSH_RANK_REDIRECTS}")
 
 

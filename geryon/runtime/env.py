@@ -39,6 +39,8 @@ class RankEnv:
     master_addr: str | None = None
     master_port: int | None = None
     secret: str | None = field(default=None, repr=False)
+    tls_file: str | None = None             # --tls: the job's credentials, a 0600 file ...
+    tls_credentials: str | None = field(default=None, repr=False)   # ... or their base64 text (SSH)
     # set by geryon.launch only
     role: str | None = None                 # "worker" | "server"
     rank_name: str | None = None            # worker0, server1, ...
@@ -87,6 +89,8 @@ class RankEnv:
             "host_ip": env.get(ev.HOST_IP) or None,
             "timeline": env.get(ev.TIMELINE) or None,
             "secret": env.get(ev.JOB_SECRET) or None,
+            "tls_file": env.get(ev.TLS_FILE) or None,
+            "tls_credentials": env.get(ev.TLS_CREDENTIALS) or None,
             "role": env.get(ev.ROLE) or None,
             "rank_name": env.get(ev.RANK_NAME) or None,
             "server_rank": _int(env, ev.SERVER_RANK, 0),

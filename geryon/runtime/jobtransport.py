@@ -45,7 +45,18 @@ def transport_config(env: RankEnv, tracer=None):
     dscp = class_dscp(env.classes)
     if dscp:
         settings["class_dscp"] = dscp
-    return TransportConfig(tracer=tracer, **settings)
+    return TransportConfig(tracer=tracer, tls=job_tls(env), **settings)
+
+
+def job_tls(env: RankEnv):
+    """The job's TLS credentials under --tls (geryon.transport.tls), else None."""
+    from geryon.transport.tls import TlsCredentials, load_credentials
+
+    if env.tls_credentials:
+        return TlsCredentials.decode(env.tls_credentials)
+    if env.tls_file:
+        return load_credentials(env.tls_file)
+    return None
 
 
 def open_store(env: RankEnv):

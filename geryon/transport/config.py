@@ -13,6 +13,7 @@ from typing import Callable
 
 from geryon.errors import ConfigError
 from geryon.transport.policy import Policy, get_policy
+from geryon.transport.tls import TlsCredentials
 from geryon.transport.trace import TransferEvent
 
 DEFAULT_DSCP = (46, 0)
@@ -36,6 +37,9 @@ class TransportConfig:
     rto_max_ms: int | None = 1000
     max_payload: int = 1 << 30                   # largest data frame accepted, in bytes
     placement: str = "count"                     # PS slices over servers: "count" round-robin, "bytes" balanced
+    # TLS on every flow (geryon.transport.tls): the job's key + self-signed certificate, the same on every
+    # rank; None = plain TCP (the handshake's MAC authenticates either way)
+    tls: TlsCredentials | None = field(default=None, compare=False, repr=False)
     # called with a TransferEvent per data slice queued / sent / received (see transport.trace)
     tracer: Callable[[TransferEvent], None] | None = field(default=None, compare=False, repr=False)
 
@@ -45,6 +49,8 @@ class TransportConfig:
         if not self.secret:
             raise ConfigError("the transport needs a per-job secret: pass secret=... (the same value on "
                               "every rank; under geryon.launch every rank is given the job's)")
+        if isinstance(self.tls, str):
+            object.__setattr__(self, "tls", TlsCredentials(self.tls))
         object.__setattr__(self, "class_dscp", tuple(int(d) for d in self.class_dscp))
         if not 1 <= len(self.class_dscp) <= 8 or any(not 0 <= d <= 63 for d in self.class_dscp):
             raise ConfigError(f"class_dscp {self.class_dscp}: give 1-8 DSCP values in 0..63")

@@ -39,6 +39,7 @@ from geryon.errors import AuthenticationError, PeerAborted, PeerTimeout, Protoco
 from geryon.transport.config import TransportConfig
 from geryon.transport.handshake import dial_handshake, listen_handshake
 from geryon.transport.socketio import read_control_payload, read_exact_into, write_all
+from geryon.transport.tls import secure
 from geryon.transport.trace import emit_from_header, emit_received
 from geryon.transport.wire import (CONTROL_KINDS, HEADER_SIZE, MAX_CONTROL_PAYLOAD, Kind,
                                    decode_header, encode_control)
@@ -346,10 +347,11 @@ class FlowPool:
             while True:
                 sock = self._dial(address, index, name, deadline)
                 try:
+                    timeout = max(0.1, min(self.handshake_timeout, deadline - time.monotonic()))
+                    sock = secure(sock, self.config, False, name, timeout)   # TLS under --tls
                     dial_handshake(sock, name, secret=self.config.secret, job_id=self.config.job_id,
                                    my_id=self.my_id, class_index=index, expected_listener=peer_id,
-                                   timeout=max(0.1, min(self.handshake_timeout,
-                                                        deadline - time.monotonic())))
+                                   timeout=timeout)
                     break
                 except (AuthenticationError, ProtocolError):
                     sock.close()
@@ -431,6 +433,7 @@ class FlowPool:
         identity = None
         try:
             sock.settimeout(self.handshake_timeout)
+            sock = secure(sock, self.config, True, f"connection from {where}", self.handshake_timeout)
             identity = listen_handshake(sock, f"connection from {where}", secret=self.config.secret,
                                         job_id=self.config.job_id, my_id=self.my_id,
                                         classes=self.flow_count, timeout=self.handshake_timeout,
