@@ -5,6 +5,7 @@ all, or no TLS) is refused with an error that says so; a capture of the wire sho
 bytes; the launcher's credentials file is private (0600 in a 0700 directory) and gone after the job.
 """
 
+import json
 import os
 import signal
 import socket
@@ -222,3 +223,38 @@ def test_a_capture_of_a_tls_job_shows_no_tensor_bytes(unique_name, tmp_path):
     assert seen_plain > len(pieces) // 2, f"the capture missed the plain run ({seen_plain}/{len(pieces)})"
     assert len(secure) > len(raw), "the TLS run's capture is too short to have carried the tensor"
     assert sum(piece in secure for piece in pieces) == 0
+
+
+def test_tls_flows_keep_their_dscp_priority_and_notsent_lowat():
+    from geryon.transport.flows import TCP_NOTSENT_LOWAT
+    from geryon.transport.tls import TlsSocket
+
+    config = _config(JOB)
+    server = FlowPool(1, config, _Idle(), listen=("127.0.0.1", 0))
+    client = FlowPool(0, config, _Idle(), listen=None)
+    try:
+        client.connect(1, ("127.0.0.1", server.port))
+        server.wait_connected([0], timeout=5)
+        for pool, peer in ((client, 1), (server, 0)):
+            for index, dscp in enumerate(config.class_dscp):
+                sock = pool.flow(peer, index).sock
+                assert isinstance(sock, TlsSocket)
+                assert sock.getsockopt(socket.IPPROTO_IP, socket.IP_TOS) == dscp << 2
+                assert sock.getsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT) == config.notsent_lowat
+    finally:
+        client.close()
+        server.close()
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_bench_transport_reports_the_cost_of_tls():
+    from launch_support import REPO, clean_env
+
+    result = subprocess.run([sys.executable, "-m", "geryon", "bench", "transport", "--bw", "100mbit", "--size-mb",
+                             "1", "--iters", "1", "--tls", "--json"], cwd=REPO, env=clean_env(),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = {r["system"]: r for r in map(json.loads, result.stdout.splitlines()) if "system" in r}
+    for system in ("ps", "allreduce"):
+        assert records[f"{system}-tls"]["ratio_vs_plain"] > 0 and "ratio_vs_plain" not in records[system]

@@ -1,6 +1,7 @@
 """Transport benchmarks on an emulated cluster, each printing one JSON object per result line.
 
-    geryon bench transport --bw 100mbit      PS push/pull and allreduce goodput vs iperf3 (ratio_vs_iperf3)
+    geryon bench transport --bw 100mbit      PS push/pull and allreduce goodput vs iperf3 (ratio_vs_iperf3);
+                                             with --tls also over TLS (ps-tls, allreduce-tls: ratio_vs_plain)
     geryon bench allreduce --workers 3       allreduce time vs torch.distributed gloo (ratio_vs_gloo)
     geryon bench priority --servers 2        high-priority burst under low-priority bulk, per policy
                                              (ratio_vs_unloaded)
@@ -22,13 +23,17 @@ DSCP that the policy's transfers use (`baseline_dscp`), so both go through the s
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
+import tempfile
 import time
 import uuid
 
 from geryon.bench.emulated import BASE_PORT, gloo_placements, ring_placements, role_argv, run_roles
 from geryon.errors import TransportError
+from geryon.safefiles import create_exclusive
 from geryon.transport.config import TransportConfig
 from geryon.transport.policy import POLICIES
 
@@ -81,9 +86,31 @@ def _iperf3(cluster, seconds: int = 5, bidir: bool = False, congestion: str | No
         server.wait()
 
 
+def _versus_plain(plain: dict[str, float], system: str, goodput: float, tls) -> dict:
+    """Records the plain run's goodput; a TLS run's record gets its ratio to it (the cost of TLS)."""
+    if not tls:
+        plain[system] = goodput
+        return {}
+    return {"ratio_vs_plain": goodput / plain[system]}
+
+
+@contextlib.contextmanager
+def _bench_credentials(wanted: bool):
+    """With --tls: a fresh job key and certificate in a private file the roles read (None without)."""
+    if not wanted:
+        yield None
+        return
+    from geryon.transport.tls import generate_credentials
+
+    with tempfile.TemporaryDirectory(prefix="geryon-bench-tls-") as directory:
+        path = os.path.join(directory, "job.pem")
+        create_exclusive(path, generate_credentials("bench").pem, mode=0o600)
+        yield path
+
+
 def bench_transport(args) -> int:
     size = int(args.size_mb * 1e6)
-    with _cluster(2, args) as cluster:
+    with _cluster(2, args) as cluster, _bench_credentials(args.tls) as credentials:
         congestion = args.congestion or cluster.congestion_control("h1")   # geryon's and iperf3's sockets
         baselines: dict[int, tuple[float, float]] = {}
         address = f"{cluster.host('h1').ip}:{BASE_PORT}"
@@ -100,27 +127,34 @@ def bench_transport(args) -> int:
                               "congestion": congestion, "goodput_bps": both_ways})
                 baselines[dscp] = (baseline, both_ways)
             baseline, both_ways = baselines[dscp]
-            ps = run_roles(cluster, [
-                ("h1", role_argv("ps-server", "--index", 0, "--servers", 1, "--workers", 1, "--listen",
-                                 f"0.0.0.0:{BASE_PORT}", "--sizes", size, "--policy", policy, *_common(args))),
-                ("h2", role_argv("ps-worker", "--rank", 0, "--workers", 1, "--servers", address, "--sizes",
-                                 size, "--iters", args.iters, "--policy", policy, *_common(args)))])
-            seconds = ps[1][-1]["seconds"]
-            goodput = size * 8 / seconds          # push and pull overlap, one per direction
-            _print(args, {"bench": "transport", "system": "ps", "policy": policy, "bw": args.bw,
-                          "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
-                          "congestion": congestion, "baseline_dscp": dscp,
-                          "ratio_vs_iperf3": goodput / baseline,
-                          "ratio_vs_iperf3_bidir": goodput / both_ways})
-            ring = run_roles(cluster, ring_placements(cluster, ["h1", "h2"], 2, "--sizes", size, "--iters",
-                                                      args.iters, "--policy", policy, *_common(args)))
-            seconds = max(r[-1]["seconds"] for r in ring)
-            goodput = size * 8 / seconds          # 2 ranks: each direction carries the whole size
-            _print(args, {"bench": "transport", "system": "allreduce", "policy": policy, "bw": args.bw,
-                          "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
-                          "congestion": congestion, "baseline_dscp": dscp,
-                          "ratio_vs_iperf3": goodput / baseline,
-                          "ratio_vs_iperf3_bidir": goodput / both_ways})
+            plain: dict[str, float] = {}
+            for tls in ([None, credentials] if credentials else [None]):
+                extra = _common(args) + (["--tls-file", tls] if tls else [])
+                suffix = "-tls" if tls else ""
+                ps = run_roles(cluster, [
+                    ("h1", role_argv("ps-server", "--index", 0, "--servers", 1, "--workers", 1, "--listen",
+                                     f"0.0.0.0:{BASE_PORT}", "--sizes", size, "--policy", policy, *extra)),
+                    ("h2", role_argv("ps-worker", "--rank", 0, "--workers", 1, "--servers", address, "--sizes",
+                                     size, "--iters", args.iters, "--policy", policy, *extra))])
+                seconds = ps[1][-1]["seconds"]
+                goodput = size * 8 / seconds          # push and pull overlap, one per direction
+                _print(args, {"bench": "transport", "system": "ps" + suffix, "policy": policy, "bw": args.bw,
+                              "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
+                              "congestion": congestion, "baseline_dscp": dscp,
+                              "ratio_vs_iperf3": goodput / baseline,
+                              "ratio_vs_iperf3_bidir": goodput / both_ways,
+                              **_versus_plain(plain, "ps", goodput, tls)})
+                ring = run_roles(cluster, ring_placements(cluster, ["h1", "h2"], 2, "--sizes", size, "--iters",
+                                                          args.iters, "--policy", policy, *extra))
+                seconds = max(r[-1]["seconds"] for r in ring)
+                goodput = size * 8 / seconds          # 2 ranks: each direction carries the whole size
+                _print(args, {"bench": "transport", "system": "allreduce" + suffix, "policy": policy,
+                              "bw": args.bw,
+                              "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
+                              "congestion": congestion, "baseline_dscp": dscp,
+                              "ratio_vs_iperf3": goodput / baseline,
+                              "ratio_vs_iperf3_bidir": goodput / both_ways,
+                              **_versus_plain(plain, "allreduce", goodput, tls)})
     return 0
 
 
@@ -190,6 +224,8 @@ def add_benches(bench) -> None:
     parser.add_argument("--size-mb", type=float, default=25.0)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--policies", default="geryon")
+    parser.add_argument("--tls", action="store_true",
+                        help="also run PS and allreduce over TLS (rows ps-tls, allreduce-tls: ratio_vs_plain)")
     parser.set_defaults(func=bench_transport)
 
     parser = bench.add_parser("allreduce", help="allreduce time against torch.distributed gloo")

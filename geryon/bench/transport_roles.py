@@ -27,6 +27,7 @@ import torch
 from geryon import envvars
 from geryon.errors import GeryonError
 from geryon.transport.config import TransportConfig
+from geryon.transport.tls import load_credentials
 
 
 def _emit(**record) -> None:
@@ -64,7 +65,8 @@ def _config(args) -> TransportConfig:
                            class_dscp=tuple(int(d) for d in args.dscp.split(",")),
                            slice_bytes=args.slice_bytes, timeout=args.timeout,
                            tcp_congestion=args.congestion,
-                           notsent_lowat=args.notsent_lowat or None)
+                           notsent_lowat=args.notsent_lowat or None,
+                           tls=load_credentials(args.tls_file) if args.tls_file else None)
 
 
 def _tensors(size_bytes: int, seed: int) -> torch.Tensor:
@@ -185,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--congestion", default=None)
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,
                         help="TCP_NOTSENT_LOWAT in bytes; 0 leaves the kernel default")
+    parser.add_argument("--tls-file", default=None, help="TLS on every flow with these credentials (PEM)")
     parser.add_argument("--trace", default=None, help="append TransferEvents as JSON lines here")
     parser.add_argument("--secret", default=os.environ.get(envvars.JOB_SECRET, "geryon-bench"))
     parser.add_argument("--job", type=int, default=1)
