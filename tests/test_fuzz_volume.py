@@ -12,14 +12,15 @@ import os
 import random
 import socket
 import threading
+import time
 
 import torch
 
-from geryon.errors import GeryonError
+from geryon.errors import GeryonError, ProtocolError
 from geryon.transport.config import TransportConfig
 from geryon.transport.handshake import dial_handshake
 from geryon.transport.ps import ParameterServer, PSWorker
-from geryon.transport.wire import HEADER, MAGIC, PROTOCOL_VERSION, Kind, encode_control
+from geryon.transport.wire import HEADER, MAGIC, PROTOCOL_VERSION, Kind, decode_header, encode_control
 
 SECRET = "volume-secret"
 FRAMES = int(os.environ.get("GERYON_FUZZ_FRAMES", "6000"))
@@ -162,4 +163,104 @@ def test_generated_frames_at_volume_while_workers_train_exactly():
         worker1.close()
         print(f"{sent} frames, {steps} exact steps, peak {peak_threads} threads")
     finally:
+        server.close()
+
+
+# -- after the join: an authenticated member's extra connection sends generated frames ----------------
+JOINED_FRAMES = int(os.environ.get("GERYON_FUZZ_JOINED_FRAMES", "1500"))
+TERMINATOR = b"FUZZ" + bytes(HEADER.size - 4)      # a bad magic: the server closes on it
+
+
+def joined_fuzz_frame(rng: random.Random, server) -> bytes | None:
+    """A generated frame made whole, so that the server rejects it (and closes) or reads it to the end.
+
+    A joined worker's connection that stalls mid-frame or closes without BYE counts as that worker dying
+    (the job ends: a crash looks the same), so every frame is completed -- a short header padded, a valid
+    header given its whole payload -- and followed by TERMINATOR. ABORT and BYE are the protocol's own
+    ways for a member to end the job or leave, not fuzz: None (skipped).
+    """
+    frame = generated_frame(rng)
+    frame += rng.randbytes(max(0, HEADER.size - len(frame)))
+    try:
+        header = decode_header(frame[:HEADER.size], job_id=0, max_payload=server.config.max_payload,
+                               tensor_numel=server.tensor_numel)
+    except ProtocolError:
+        return frame                                # refused at once
+    if header.kind in (Kind.ABORT, Kind.BYE) or header.payload_len > 1 << 16:
+        return None
+    payload = (frame[HEADER.size:] + rng.randbytes(header.payload_len))[:header.payload_len]
+    return frame[:HEADER.size] + payload + TERMINATOR
+
+
+def test_authenticated_fuzzing_after_the_join_leaves_training_exact():
+    """Both workers joined and train step after step, checked exactly; meanwhile two clients
+    authenticate as worker 0 and worker 1 on a spare class flow (the server has a third class the
+    workers do not use) and send generated frames after the handshake, a fresh connection each time
+    the server cuts one. GERYON_FUZZ_JOINED_FRAMES sets the total (CI: 1500; the documented full run
+    is 100000)."""
+    workers_config = TransportConfig(secret=SECRET, timeout=10, policy="geryon")
+    config = TransportConfig(secret=SECRET, timeout=10, policy="geryon", class_dscp=(46, 10, 0))
+    params = [torch.zeros(16), torch.zeros(1000)]
+    server = ParameterServer(0, 1, 2, params, config, ("127.0.0.1", 0), lr=0.5)
+    address = ("127.0.0.1", server.port)
+    workers = [PSWorker(i, 2, [address], [p.clone() for p in params], workers_config) for i in range(2)]
+    reference = [p.clone() for p in params]
+    counts, connections, stop = [0, 0], [0, 0], threading.Event()
+
+    def step(number: int) -> None:
+        grad = 1.0 + number % 7
+        for worker in workers:
+            worker.push([torch.full((16,), grad), torch.full((1000,), grad)])
+        for worker in workers:
+            worker.iteration += 1
+            worker.pull(worker.iteration)
+        for worker in workers:
+            worker.wait_all()
+        for ref in reference:
+            ref.add_(torch.full_like(ref, grad), alpha=-0.5)
+        for worker in workers:
+            assert all(torch.equal(p, r) for p, r in zip(worker.params, reference))
+
+    def fuzz(member: int) -> None:
+        rng = random.Random(100 + member)
+        while counts[member] < JOINED_FRAMES // 2 and not stop.is_set():
+            try:
+                with socket.create_connection(address, timeout=5) as sock:
+                    dial_handshake(sock, "server", secret=SECRET.encode(), job_id=0, my_id=member,
+                                   class_index=2)
+                    connections[member] += 1
+                    sock.settimeout(5)
+                    while counts[member] < JOINED_FRAMES // 2 and not stop.is_set():
+                        frame = joined_fuzz_frame(rng, server)
+                        if frame is None:
+                            continue
+                        sock.sendall(frame)
+                        counts[member] += 1
+                        if frame.endswith(TERMINATOR) or frame[:4] != MAGIC:
+                            while sock.recv(65536):   # the server cuts it: wait for that, then reconnect
+                                pass
+                            break
+            except (OSError, GeryonError):
+                time.sleep(0.01)                      # e.g. REJECT while the last cut connection ends
+
+    try:
+        step(0)                                       # both joined; PUSHes of iteration 0 are stale now
+        fuzzers = [threading.Thread(target=fuzz, args=(m,), daemon=True) for m in (0, 1)]
+        for thread in fuzzers:
+            thread.start()
+        steps, threads_before, rss_before, peak = 1, threading.active_count(), _rss(), (0, 0)
+        while any(t.is_alive() for t in fuzzers) or steps < 4:
+            step(steps)
+            steps += 1
+            peak = (max(peak[0], threading.active_count()), max(peak[1], _rss()))
+        stop.set()
+        assert sum(counts) >= JOINED_FRAMES - 2, counts
+        assert server.failure is None                 # nothing ended the job
+        assert peak[0] - threads_before < 64 + 8 and peak[1] - rss_before < 128 << 20
+        print(f"{sum(counts)} frames after the join on {sum(connections)} authenticated connections, "
+              f"{steps} exact steps, peak {peak[0]} threads, +{(peak[1] - rss_before) >> 20} MiB")
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.close()
         server.close()

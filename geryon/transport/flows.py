@@ -306,6 +306,12 @@ class FlowPool:
         with self.cond:
             return self.left | set(self.failures)
 
+    def other_flows_up(self, flow: Flow) -> bool:
+        """Another connection of `flow`'s peer is open and not said goodbye."""
+        with self.cond:
+            return any(other is not flow and other.active
+                       for (peer, _index), other in self.flows.items() if peer == flow.peer_id)
+
     def has_left(self, peer_id: int) -> bool:
         """The peer said goodbye."""
         with self.cond:

@@ -259,7 +259,8 @@ class ParameterServer(PoolOwner):
                 return
 
     def peer_left(self, flow) -> None:
-        self._forget_pulls(flow.peer_id)
+        if not self.pool.other_flows_up(flow):
+            self._forget_pulls(flow.peer_id)
 
     def _forget_pulls(self, worker: int) -> None:
         """Drop a gone connection's pending PULLs: a later connection under that id did not ask."""
@@ -274,7 +275,8 @@ class ParameterServer(PoolOwner):
         failure of a connection whose worker never joined (sent the plan digest): a stray or
         hostile client cannot end the job.
         """
-        self._forget_pulls(flow.peer_id)
+        if not self.pool.other_flows_up(flow):   # one of its connections cut: its pulls still stand
+            self._forget_pulls(flow.peer_id)
         if isinstance(exc, ProtocolError) or flow.peer_id not in self.joined or flow.peer_done \
                 or self.pool.has_left(flow.peer_id) or self.pool.closed:
             return
