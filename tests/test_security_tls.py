@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from launch_support import EXAMPLE, EXAMPLE_ARGS, json_records, loss_curve, rank_lines, run_launcher
+from test_launch_ssh import loopback_sshd  # noqa: F401 -- a fixture
 from transport_support import serve_world_of_threads
 
 from geryon.errors import AuthenticationError
@@ -159,6 +160,22 @@ def test_emulated_tls_ps_job_trains_exactly_like_a_plain_one():
         assert result.returncode == 0, result.stderr[-3000:]
         curves.append(loss_curve(json_records(rank_lines(result.stdout, "worker0"))))
     assert len(curves[0]) == 20 and curves[1] == curves[0]      # bit for bit
+    assert any("TLS)" in line for line in rank_lines(result.stdout, "server0"))
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_ssh_tls_job_gets_its_credentials_on_stdin(loopback_sshd, single_curve):      # noqa: F811
+    keys, port = loopback_sshd
+    hostfile = keys.folder / "hostfile"
+    hostfile.write_text(f"127.0.0.1:{port} slots=2 key={keys.folder / 'client'} iface=lo\n")
+    known = keys.known_hosts([("127.0.0.1", port)])
+    result = run_launcher("--hostfile", hostfile, "--known-hosts", known, "--mode", "ps", "--tls", EXAMPLE,
+                          *EXAMPLE_ARGS)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert any("TLS)" in line for line in rank_lines(result.stdout, "server0")), result.stdout[-2000:]
+    assert loss_curve(json_records(rank_lines(result.stdout, "worker0"))) == pytest.approx(
+        single_curve, rel=1e-4, abs=1e-5)
 
 
 # -- the wire ---------------------------------------------------------------------------------------

@@ -86,7 +86,8 @@ def serve(env: RankEnv) -> int:
                 update = ("averaging gradients (the workers step)" if optimizer.mean_only
                           else f"running {optimizer.name}")
                 print(f"{name}: serving {len(server.values())} shards of {sizes / 1e6:.1f} MB of parameters "
-                      f"to {workers} workers on {host}:{server.port} (policy {config.policy}), {update}",
+                      f"to {workers} workers on {host}:{server.port} (policy {config.policy}"
+                      f"{', TLS' if config.tls else ''}), {update}",
                       flush=True)
             while not stopped.is_set():
                 server.serve_until_workers_leave(timeout=POLL_S)
