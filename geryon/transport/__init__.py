@@ -4,6 +4,7 @@ Modules, one job each:
   wire       the 44-byte frame header, validated before anything is read or allocated
   socketio   exact reads into caller buffers, vectored writes
   handshake  mutual HMAC-SHA256 authentication with the per-job secret, version and job-id checks
+  tls        optional TLS under every flow: per-job credentials, mutual checks, a full-duplex socket
   config     TransportConfig: every knob in one dataclass
   trace      TransferEvent and the optional tracer callback (queued/send_start/send_done/recv_done)
   policy     vanilla / slicing / endhost / geryon, as plain data
