@@ -323,3 +323,29 @@ def test_departed_worker_does_not_break_another_workers_flow():
         first.close()
         second.close()
         server.close()
+
+
+def test_a_cut_extra_connection_does_not_drop_the_workers_pending_pull():
+    """A worker's pending PULL survives the server cutting another connection under that worker's id
+    (found by the fuzzing after the join: the worker then waited forever for its parameters)."""
+    workers_config = TransportConfig(secret=SECRET, timeout=4.0, policy="geryon")
+    config = TransportConfig(secret=SECRET, timeout=4.0, policy="geryon", class_dscp=(46, 10, 0))
+    server = ParameterServer(0, 1, 1, [torch.zeros(8)], config, ("127.0.0.1", 0), lr=1.0)
+    local = [torch.zeros(8)]
+    try:
+        with PSWorker(0, 1, [("127.0.0.1", server.port)], local, workers_config) as worker:
+            worker.iteration += 1
+            worker.pull(worker.iteration)                # pending: version 1 does not exist yet
+            time.sleep(0.2)
+            with socket.create_connection(("127.0.0.1", server.port), timeout=4) as extra:
+                dial_handshake(extra, "server", secret=SECRET.encode(), job_id=0, my_id=0, class_index=2)
+                extra.sendall(b"FUZZ" + bytes(40))          # bad magic: the server cuts this connection
+                assert extra.recv(100) == b""
+            time.sleep(0.2)
+            worker.iteration -= 1
+            worker.push([torch.ones(8)])
+            worker.iteration += 1
+            worker.wait_all()                            # answered by the PULL sent before the cut
+        assert torch.equal(local[0], torch.full((8,), -1.0))
+    finally:
+        server.close()
