@@ -106,6 +106,9 @@ def test_soak_with_mixed_faults_and_hostile_clients():
         fuzzer = subprocess.Popen(["ip", "netns", "exec", f"gy{job}-h1", sys.executable, "-c",
                                    fuzz_client(),
                                    *server_address, str(SOAK_S)], stdout=subprocess.PIPE, text=True)
+        fuzz_lines: list[str] = []      # read as it goes: a full pipe would stop the client mid-soak
+        drain = threading.Thread(target=lambda: fuzz_lines.extend(fuzzer.stdout), daemon=True)
+        drain.start()
         flapper = Flapper(job, ["h1", "h2", "h3"])
         flapper.start()
 
@@ -134,8 +137,8 @@ def test_soak_with_mixed_faults_and_hostile_clients():
         flapper.stop.set()
         flapper.join(10)
         sampler.join(10)
-        fuzz_out, _ = fuzzer.communicate(timeout=SOAK_S + 30)
-        fuzz_lines = fuzz_out.strip().splitlines()
+        fuzzer.wait(timeout=SOAK_S + 30)
+        drain.join(10)
         assert fuzz_lines, "the hostile client sent nothing"
         assert launcher.returncode == 0, err[-3000:]
         records = json_records(rank_lines("".join(lines) + out, "worker0"))
@@ -143,7 +146,8 @@ def test_soak_with_mixed_faults_and_hostile_clients():
         for pid, series in samples.items():
             assert max(s[2] for s in series) <= THREAD_BOUND, (pid, series)
             assert max(s[1] for s in series) - series[0][1] <= RSS_GROWTH_BOUND, (pid, series)
-        print(f"soak: {faulty_s:.0f} s of training under faults, {flapper.outages} outages, {fuzz_lines[-1]}, "
+        print(f"soak: {faulty_s:.0f} s of training under faults, {flapper.outages} outages, "
+              f"{fuzz_lines[-1].strip()}, "
               f"peak threads {max(s[2] for v in samples.values() for s in v)}, "
               f"peak RSS growth {max(max(s[1] for s in v) - v[0][1] for v in samples.values()) >> 20} MiB")
         listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
