@@ -9,7 +9,7 @@ Usage
                             [--emulate [--bw RATE] [--topology star|leafspine]] [--local]
                             [--hostfile FILE [--known-hosts FILE]]
                             [--timeline FILE] [--timeout S] [--grace S]
-                            [--ps-optimizer auto|server|worker]
+                            [--ps-optimizer auto|server|worker] [--tls]
                             SCRIPT [ARGS...]
 
 It feels like torchrun: the script is started once per worker, and sees the usual variables
@@ -36,6 +36,13 @@ Backends (one launcher, three ways to start processes)
                the working directory and the interpreter must be the same on every host.
   With none of them: --emulate when run as root, else --local.
 
+TLS (--tls)
+-----------
+  Every data flow runs TLS 1.3 with a key and self-signed certificate made for the job, which every rank
+  presents and checks its peers' against (GERYON_TLS_FILE, a 0600 file the launcher removes after the
+  job; over SSH the same on the rank's stdin). The job secret's handshake still runs inside. The store's
+  values are signed, not encrypted. Details: docs/security.md.
+
 Definitions
 -----------
   worker   a process running SCRIPT; workers are RANK 0..N-1 and WORLD_SIZE is N.
@@ -49,14 +56,15 @@ Environment
 Every flag has a twin, read when the flag is absent: GERYON_MODE, GERYON_WORKERS, GERYON_SERVERS,
 GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_EMULATE, GERYON_BW, GERYON_TOPOLOGY,
 GERYON_LOCAL, GERYON_HOSTFILE, GERYON_KNOWN_HOSTS, GERYON_TIMELINE, GERYON_TIMEOUT, GERYON_GRACE,
-GERYON_PS_OPTIMIZER.
+GERYON_PS_OPTIMIZER, GERYON_TLS.
 
 Ranks see RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (a TCPStore
 the launcher hosts; TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun), and GERYON_ROLE,
 GERYON_RANK_NAME, GERYON_WORKER_RANK / GERYON_SERVER_RANK, GERYON_WORKERS, GERYON_SERVERS,
 GERYON_MODE, GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_JOB_ID, GERYON_JOB_SECRET (for
 the transport to authenticate its connections), GERYON_BACKEND, GERYON_HOST_IP, GERYON_IFACE,
-GERYON_TIMELINE, GERYON_STORE_PREFIX (see geryon.envvars.JOB_VARIABLES).
+GERYON_TIMELINE, GERYON_STORE_PREFIX, with --tls GERYON_TLS_FILE or GERYON_TLS_CREDENTIALS (see
+geryon.envvars.JOB_VARIABLES).
 GERYON_TRANSPORT_TIMEOUT (inherited, not a flag): seconds without progress before the transport
 declares a peer dead (default 60).
 
