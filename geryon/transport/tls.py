@@ -193,6 +193,8 @@ class TlsSocket:
                     raise _refused(self.peer, exc) from None
         except socket.timeout:
             raise PeerTimeout(f"{self.peer} did not complete the TLS handshake in time") from None
+        except OSError as exc:                  # reset, unreachable: the dialer retries these
+            raise TransportError(f"TLS handshake with {self.peer} failed: {exc}") from None
         finally:
             self.sock.settimeout(previous)
 
