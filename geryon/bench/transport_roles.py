@@ -88,20 +88,21 @@ def run_allreduce(args) -> None:
         for size in args.sizes:
             tensors, priorities = allreduce_inputs(size, args.rank, args.two_classes)
             group.allreduce([t.clone() for t in tensors], priorities)   # warm-up, plan agreement
-            times = []
+            times, cpu = [], 0.0
             barrier = torch.zeros(1)
             group.allreduce([barrier])
             for i in range(args.iters):
                 work = [t.clone() for t in tensors]
                 group.allreduce([barrier])   # start together, like the gloo role's dist.barrier()
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 group.allreduce(work, priorities)
                 times.append(time.perf_counter() - started)
+                cpu += time.process_time() - cpu_started
                 if args.checksum:
                     digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in work)).hexdigest()
                     _emit(event="iteration", size_bytes=size, iteration=i, sha256=digest)
             _emit(event="result", system="geryon", size_bytes=size, seconds=sorted(times)[len(times) // 2],
-                  all_seconds=times)
+                  all_seconds=times, cpu_seconds=cpu)
 
 
 def run_gloo(args) -> None:
@@ -114,15 +115,16 @@ def run_gloo(args) -> None:
         for size in args.sizes:
             tensor = _tensors(size, args.rank)
             dist.all_reduce(tensor.clone())
-            times = []
+            times, cpu = [], 0.0
             for _ in range(args.iters):
                 work = tensor.clone()
                 dist.barrier()
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 dist.all_reduce(work)
                 times.append(time.perf_counter() - started)
+                cpu += time.process_time() - cpu_started
             _emit(event="result", system="gloo", size_bytes=size, seconds=sorted(times)[len(times) // 2],
-                  all_seconds=times)
+                  all_seconds=times, cpu_seconds=cpu)
     finally:
         dist.destroy_process_group()
 
@@ -138,7 +140,9 @@ def run_ps_server(args) -> None:
     with ParameterServer(args.index, args.servers, args.workers, params, _config(args),
                          (host, int(port)), lr=0.01) as server:
         _emit(event="ready", index=args.index, port=server.port)
+        cpu_started = time.process_time()
         server.serve_job()
+        _emit(event="result", system="geryon-ps-server", cpu_seconds=time.process_time() - cpu_started)
 
 
 def run_ps_worker(args) -> None:
@@ -148,7 +152,7 @@ def run_ps_worker(args) -> None:
     with PSWorker(args.rank, args.workers, _addresses(args.servers), params, _config(args)) as worker:
         _emit(event="ready", rank=args.rank)
         grads = [torch.ones_like(p) for p in params]
-        times = []
+        times, cpu_started = [], time.process_time()
         for i in range(args.iters):
             started = time.perf_counter()
             worker.step(grads)
@@ -159,7 +163,7 @@ def run_ps_worker(args) -> None:
         median = sorted(times)[len(times) // 2]
         digest = hashlib.sha256(b"".join(p.numpy().tobytes() for p in params)).hexdigest()
         _emit(event="result", system="geryon-ps", bytes_each_way=total, seconds=median,
-              all_seconds=times, sha256=digest)
+              all_seconds=times, sha256=digest, cpu_seconds=time.process_time() - cpu_started)
 
 
 def build_parser() -> argparse.ArgumentParser:
