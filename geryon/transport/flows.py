@@ -38,7 +38,7 @@ from typing import Protocol
 from geryon.errors import AuthenticationError, PeerAborted, PeerTimeout, ProtocolError, TransportError
 from geryon.transport.config import TransportConfig
 from geryon.transport.handshake import dial_handshake, listen_handshake
-from geryon.transport.socketio import read_control_payload, read_exact_into, write_all
+from geryon.transport.socketio import read_control_payload, read_exact_into, use_kernel_timeouts, write_all
 from geryon.transport.trace import emit_from_header, emit_received
 from geryon.transport.wire import (CONTROL_KINDS, HEADER_SIZE, MAX_CONTROL_PAYLOAD, Kind,
                                    decode_header, encode_control)
@@ -141,7 +141,7 @@ class Flow:
                          threading.Thread(target=self._recv_loop, name=f"gy-recv-{name}", daemon=True)]
 
     def start(self) -> None:
-        self.sock.settimeout(self.pool.config.timeout)
+        use_kernel_timeouts(self.sock, self.pool.config.timeout)
         for thread in self._threads:
             thread.start()
 
@@ -234,7 +234,7 @@ class Flow:
         while not self.closing:
             try:
                 got = self.sock.recv_into(view, HEADER_SIZE)
-            except socket.timeout:
+            except (socket.timeout, BlockingIOError):
                 continue
             except OSError as exc:
                 if self.closing:
