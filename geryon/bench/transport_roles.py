@@ -136,6 +136,7 @@ def _ps_params(sizes: list[int]) -> list[torch.Tensor]:
 def run_ps_server(args) -> None:
     from geryon.transport.ps import ParameterServer
     host, port = args.listen.rsplit(":", 1)
+    torch.set_num_threads(1)          # as geryon.runtime.server does
     params = _ps_params(args.sizes)
     with ParameterServer(args.index, args.servers, args.workers, params, _config(args),
                          (host, int(port)), lr=0.01) as server:

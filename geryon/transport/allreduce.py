@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from geryon.errors import ConfigError, PeerAborted, ProtocolError
+from geryon.transport import elementwise
 from geryon.transport.buckets import (Bucket, chunk_bounds, normalize_priorities, pieces,
                                       plan_buckets, plan_digest)
 from geryon.transport.config import TransportConfig
@@ -328,10 +329,10 @@ class AllreduceGroup(PoolOwner):
         offset, length, n, r = header.offset, header.length, self.world, self.rank
         if header.kind == Kind.REDUCE:
             target = run.acc[offset:offset + length]
-            target.add_(inbox.scratch[:header.payload_len].view(run.bucket.dtype))
+            elementwise.add_(target, inbox.scratch[:header.payload_len].view(run.bucket.dtype))
             if c == (r + 1) % n:
                 if collective.average:
-                    target.div_(n)
+                    elementwise.div_(target, n)
                 self._send(collective, run, Kind.GATHER, offset, length)
             else:
                 self._send(collective, run, Kind.REDUCE, offset, length)
