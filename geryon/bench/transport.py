@@ -188,7 +188,8 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
                           "bw": args.bw, "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
                           "congestion": congestion, "baseline_dscp": dscp,
                           "ratio_vs_iperf3_bidir_sum": goodput / baseline["goodput_bps"],
-                          "cpu_s_per_gb": _per_gb(_cpu_seconds(records), wire * args.iters)})
+                          "cpu_s_per_gb": _per_gb(_cpu_seconds(records), wire * args.iters),
+                          "server_cpu_s_per_gb": _per_gb(_cpu_seconds(records[:servers]), wire * args.iters)})
 
 
 def bench_transport(args) -> int:
