@@ -63,7 +63,8 @@ def _dscp_of(policy: str) -> int:
 
 
 def _common(args) -> list[str]:
-    extra = ["--slice-bytes", args.slice_bytes, "--timeout", 120, "--notsent-lowat", args.notsent_lowat]
+    extra = ["--slice-bytes", args.slice_bytes, "--timeout", 120, "--notsent-lowat", args.notsent_lowat,
+             "--rto-min-us", args.rto_min_us]
     if args.congestion:
         extra += ["--congestion", args.congestion]
     return extra
@@ -320,6 +321,8 @@ def _shared(parser) -> None:
     parser.add_argument("--congestion", default=None, help="TCP congestion control, e.g. cubic or bbr")
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,
                         help="TCP_NOTSENT_LOWAT in bytes (0: kernel default)")
+    parser.add_argument("--rto-min-us", type=int, default=TransportConfig.rto_min_us,
+                        help="TCP_RTO_MIN_US on geryon's sockets (0: the kernel's 200 ms)")
 
 
 def add_benches(bench) -> None:

@@ -64,7 +64,7 @@ def _config(args) -> TransportConfig:
                            class_dscp=tuple(int(d) for d in args.dscp.split(",")),
                            slice_bytes=args.slice_bytes, timeout=args.timeout,
                            tcp_congestion=args.congestion,
-                           notsent_lowat=args.notsent_lowat or None)
+                           notsent_lowat=args.notsent_lowat or None, rto_min_us=args.rto_min_us or None)
 
 
 def _tensors(size_bytes: int, seed: int) -> torch.Tensor:
@@ -191,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--congestion", default=None)
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,
                         help="TCP_NOTSENT_LOWAT in bytes; 0 leaves the kernel default")
+    parser.add_argument("--rto-min-us", type=int, default=TransportConfig.rto_min_us,
+                        help="TCP_RTO_MIN_US in microseconds; 0 leaves the kernel's 200 ms")
     parser.add_argument("--trace", default=None, help="append TransferEvents as JSON lines here")
     parser.add_argument("--secret", default=os.environ.get(envvars.JOB_SECRET, "geryon-bench"))
     parser.add_argument("--job", type=int, default=1)
