@@ -4,11 +4,10 @@ Each bucket is split into `world` chunks (`chunk_bounds`); chunk c is owned (end
 rank (c - 1) mod world. At reduce-scatter step s rank r sends chunk (r - s) to its right neighbour
 and adds the chunk (r - s - 1) it receives from its left neighbour; then the owners' chunks travel
 once more round the ring (all-gather). Chunks move in slices (TransportConfig.slice_bytes under the
-sliced policies, smaller for small chunks: `_piece`), so reduction and transfer pipeline: each
-slice is reduced and forwarded by the receiving thread as soon as it lands. A reduce-scatter slice
-lands in that flow's own slice-sized scratch buffer (reused, so it stays in cache) and is added in
-place into the bucket; an all-gather slice lands straight in the bucket. Nothing the size of a
-bucket is allocated per collective.
+sliced policies), so reduction and transfer pipeline: each slice is reduced and forwarded by the
+receiving thread as soon as it lands. A reduce-scatter slice lands in that flow's own slice-sized
+scratch buffer (reused, so it stays in cache) and is added in place into the bucket; an all-gather
+slice lands straight in the bucket. Nothing the size of a bucket is allocated per collective.
 
 Reduction order (deterministic, bit-exact): chunk c is summed along the ring starting at rank c,
     ((x_c + x_{c+1}) + x_{c+2}) + ... + x_{c+world-1}      (indices mod world)
@@ -38,9 +37,6 @@ from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
 from geryon.transport.wire import Kind, byte_view, dtype_code, encode_control, encode_header
 
 log = logging.getLogger(__name__)
-
-PIPELINE_DEPTH = 16             # slices per chunk at least, while slices stay >= MIN_SLICE_BYTES
-MIN_SLICE_BYTES = 64 * 1024     # below this, per-frame Python work shows (docs/measurements.md)
 
 
 @dataclass
@@ -254,15 +250,9 @@ class AllreduceGroup(PoolOwner):
         return collective
 
     def _piece(self, run: _BucketRun) -> int | None:
-        """Elements per slice: the config's slice, made smaller for small chunks so that every chunk
-        is at least PIPELINE_DEPTH slices (the ring's tail is a few slices long: with 8 ranks and a
-        10 MB bucket, 256 KiB slices made it 4% of the collective), but never below MIN_SLICE_BYTES."""
         if not self.policy.sliced:
             return None
-        itemsize = run.bucket.dtype.itemsize
-        chunk = -(-run.bucket.numel // self.world)
-        depth = -(-chunk // PIPELINE_DEPTH)
-        return max(1, min(self.config.slice_bytes // itemsize, max(MIN_SLICE_BYTES // itemsize, depth)))
+        return max(1, self.config.slice_bytes // run.bucket.dtype.itemsize)
 
     def _chunk(self, run: _BucketRun, c: int) -> tuple[int, int]:
         c %= self.world
