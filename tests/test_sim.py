@@ -94,6 +94,9 @@ def test_bad_settings_are_typed_errors():
     with pytest.raises(ConfigError):
         PSJob(build_workload(profile([("d", "Dense", 1, 1, 10)]), "slicing", 1, 1024),
               build_fabric(100, 1, "separate", GBIT), [0.001], [0.001], exact=True)
+    with pytest.raises(ConfigError):
+        PSJob(build_workload(profile([("d", "Dense", 1, 1, 10)]), "slicing", 1, 1024),
+              build_fabric(2, 1, "separate", GBIT), [0.001], [0.001], latency_s=-1)
 
 
 def test_compare_reads_bench_paper_rows(tmp_path):
@@ -248,5 +251,5 @@ def test_sim_cli_emulated_tcp_slows_fifo_more_than_priority(capsys):
             json.loads, (l for l in capsys.readouterr().out.splitlines() if l.startswith("{")))}
     # the standing queues urgent frames meet under FIFO cost endhost more than geryon
     assert rows[True]["endhost"] - rows[False]["endhost"] > rows[True]["geryon"] - rows[False]["geryon"] > 0
-    with pytest.raises(ConfigError):
-        main(["sim", "--emulated-tcp", "2", "--compute-scale", "10"])
+    assert main(["sim", "--emulated-tcp", "2", "--compute-scale", "10"]) != 0
+    assert "--emulated-tcp" in capsys.readouterr().err
