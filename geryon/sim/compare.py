@@ -4,8 +4,8 @@ A measured row gives model, link, policy, workers, layout and iteration_s, and t
 scale: `time_scale` (paper compute = profile x time_scale; `compute_scale` is read too),
 `bw_bits` (the paper-scale link rate), else `link_rate_bits` (the emulated port) with `size_scale`
 and `wall_scale` (emulated seconds per paper second: link = link_rate_bits x wall_scale /
-size_scale, iteration = iteration_s / wall_scale). `slice_params`, `placement` and `servers` are
-used when present, in the row or in the file's `settings` object (bench paper's paper.json). Rows
+size_scale, iteration = iteration_s / wall_scale). `slice_params`, `placement`, `within_class` (default
+"fifo", what bench paper's roles do) and `servers` are used when present, in the row or in the file's `settings` object (bench paper's paper.json). Rows
 without iteration_s, or with a policy the simulator does not know (the `control-nolimit` row), are skipped and counted.
 
 Each row is simulated twice:
@@ -34,6 +34,11 @@ from geryon.errors import ConfigError
 from geryon.sim.paper import LINKS
 from geryon.sim.queues import emulated_queues
 from geryon.sim.scenario import SimSetting, simulate
+from geryon.sim.workload import WITHIN_CLASS
+
+# `bench paper` starts its replayed roles without --within-class: replay_roles' default "fifo"
+# (urgency 0 for every tensor), so its endhost and geryon order a send queue by class, then arrival
+BENCH_WITHIN_CLASS = "fifo"
 from geryon.transport.policy import POLICIES
 
 
@@ -74,12 +79,13 @@ def setting_for(row: dict, base: SimSetting) -> SimSetting:
     else:
         bits = LINKS.get(str(row.get("link", "")).lower(), base.bw_bps)
     placement = row.get("placement") if row.get("placement") in ("count", "bytes") else base.placement
+    within = row.get("within_class") if row.get("within_class") in WITHIN_CLASS else BENCH_WITHIN_CLASS
     return replace(base, model=str(row["model"]).lower(), link=row.get("link"), bw_bps=bits,
                    workers=int(row.get("workers", base.workers)),
                    servers=int(row["servers"]) if row.get("servers") else None,
                    layout=str(row.get("layout", base.layout)), compute_scale=time_scale,
                    slice_params=int(row.get("slice_params") or base.slice_params),
-                   placement=placement)
+                   placement=placement, within_class=within)
 
 
 def tcp_effects(row: dict, setting: SimSetting, harness_s: float | None) -> dict:

@@ -122,7 +122,8 @@ class PSJob:
         self.ports = PortQueues(self.groups, queues) if queues is not None else None
         layers = len(self.forward_s)
         self.slices_of_layer = [np.flatnonzero(workload.layer == l) for l in range(layers)]
-        urgency = workload.tensor if workload.urgency_order else np.zeros(workload.slices, dtype=np.int64)
+        urgency = (workload.tensor if workload.urgency_order and workload.within_class == "urgency"
+                   else np.zeros(workload.slices, dtype=np.int64))
         klass = workload.cls if workload.urgency_order else np.zeros(workload.slices, dtype=np.int64)
         push_klass = klass if workload.push_flow is None or workload.push_flow is workload.flow \
             else np.zeros_like(klass)

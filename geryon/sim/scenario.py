@@ -54,6 +54,7 @@ class SimSetting:
     push_class: str = "class"      # what-if: "high" sends every push in the top class
     backlog_bytes: float = 0.0     # TCP: bytes a connection's socket holds ahead of a new frame (job.py)
     latency_s: float = 0.0         # per-frame delivery latency (processing at both ends)
+    within_class: str = "urgency"  # endhost/geryon send order inside a class: urgency or fifo
     queues: QueueTable | None = None   # TCP's standing queues at the ports (queues.py), paper bytes
 
     def __post_init__(self):
@@ -94,7 +95,8 @@ def simulate(setting: SimSetting, policy: str, profile: LayerProfile | None = No
                           setting.topology, setting.oversubscription, setting.hosts_per_leaf)
     workload = build_workload(profile, policy, setting.server_count, setting.slice_params * 4,
                               classes=setting.classes, thresholds=setting.thresholds or None,
-                              placement=setting.placement, push_class=setting.push_class)
+                              placement=setting.placement, push_class=setting.push_class,
+                              within_class=setting.within_class)
     forward, backward = _compute(profile, setting.compute_scale)
     job = PSJob(workload, fabric, forward, backward, setting.aggregation_s, exact=setting.exact,
                 floor=setting.floor, backlog_bytes=setting.backlog_bytes, latency_s=setting.latency_s,
