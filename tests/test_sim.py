@@ -120,6 +120,7 @@ def test_compare_reads_bench_paper_rows(tmp_path):
         assert r["backlog_bytes"] == pytest.approx(16384 / 0.01)   # NOTSENT_LOWAT, paper bytes
         assert r["fluid_error"] == pytest.approx(r["fluid_s"] / 2.0 - 1)
         assert r["simulated_s"] > r["fluid_s"]
+        assert r["exact"] and r["aggregate_error"] == pytest.approx(r["aggregate_s"] / 2.0 - 1)
     assert results[0]["simulated_s"] == pytest.approx(results[1]["simulated_s"], rel=0.5)
     lines = path.with_suffix(".jsonl")
     lines.write_text("\n".join(json.dumps(r) for r in rows))

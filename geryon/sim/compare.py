@@ -8,7 +8,8 @@ size_scale, iteration = iteration_s / wall_scale). `slice_params`, `placement`, 
 "fifo", what bench paper's roles do) and `servers` are used when present, in the row or in the file's `settings` object (bench paper's paper.json). Rows
 without iteration_s, or with a policy the simulator does not know (the `control-nolimit` row), are skipped and counted.
 
-Each row is simulated twice:
+Each row is simulated with the exact per-connection model (<= 64 workers) twice, and once with
+the aggregate model:
 - `fluid_s`: the plain fluid model (instant fair shares, no TCP, no harness);
 - `simulated_s`: the same model with the emulation's TCP effects (job.py, queues.py), each set from
   something measured apart from the row itself:
@@ -19,7 +20,11 @@ Each row is simulated twice:
     frame latency  = half the harness's own cost per iteration, measured by the file's control row
                      (same job, no bandwidth limit: `harness_s` = its iteration_s - its compute_s,
                      same model and congestion control): the iteration boundary's critical chain,
-                     the last push and the first pull, is two frames.
+                     the last push and the first pull, is two frames;
+    compute        = the row's measured compute-only iteration (`compute_s`, one replayed worker
+                     without network), which differs from profile x time_scale by the replay's
+                     own overheads (about 1-2%).
+- `aggregate_s`: `simulated_s`'s settings in the aggregate model (what scales to 1024 workers).
 All sizes scale with the row's size_scale (emulated bytes -> paper bytes).
 """
 
@@ -33,6 +38,7 @@ from pathlib import Path
 from geryon.errors import ConfigError
 from geryon.sim.paper import LINKS
 from geryon.sim.queues import emulated_queues
+from geryon.sim.job import EXACT_LIMIT
 from geryon.sim.scenario import SimSetting, simulate
 from geryon.sim.workload import WITHIN_CLASS
 
@@ -88,6 +94,16 @@ def setting_for(row: dict, base: SimSetting) -> SimSetting:
                    placement=placement, within_class=within)
 
 
+def measured_compute_scale(row: dict, setting: SimSetting) -> float:
+    """The compute scale at which the profile takes the row's measured compute-only iteration
+    (`compute_s`: one replayed worker, no network), else the row's own scale."""
+    if not row.get("compute_s"):
+        return setting.compute_scale
+    profile = setting.profile()
+    total = sum(layer.forward_ns + layer.backward_ns for layer in profile.layers) * 1e-9
+    return float(row["compute_s"]) / float(row.get("wall_scale") or 1.0) / total
+
+
 def tcp_effects(row: dict, setting: SimSetting, harness_s: float | None) -> dict:
     """The TCP/harness fields of SimSetting for a measured row (see the module doc), and a note."""
     size_scale = float(row.get("size_scale") or 1.0)
@@ -95,6 +111,7 @@ def tcp_effects(row: dict, setting: SimSetting, harness_s: float | None) -> dict
     port_bits = setting.bw_bps * size_scale / wall_scale       # the emulated port's rate
     table = emulated_queues(row.get("congestion") or "bbr", port_bits)
     fields = {"backlog_bytes": float(row.get("notsent_lowat") or 16384) / size_scale,
+              "compute_scale": measured_compute_scale(row, setting),
               "queues": table.scaled(1.0 / size_scale) if table is not None else None,
               "latency_s": max(0.0, harness_s or 0.0) / 2}
     notes = [] if table is not None else [f"no measured queues for {row.get('congestion')}"]
@@ -117,9 +134,14 @@ def compare(rows: list[dict], base: SimSetting) -> tuple[list[dict], int]:
             continue
         setting = setting_for(row, base)
         harness_s = harness.get((setting.model, row.get("congestion")))
-        fluid = simulate(setting, row["policy"])
         effects, note = tcp_effects(row, setting, harness_s)
-        sim = simulate(replace(setting, **effects), row["policy"])
+        # the per-connection model where it is cheap: emulated clusters are small, and the
+        # aggregate's lock-step workers miss vanilla's asymmetry (the worker beside a big
+        # tensor's server moves it through memory while the others wait)
+        exact = replace(setting, exact=True) if setting.workers <= EXACT_LIMIT else setting
+        fluid = simulate(exact, row["policy"])
+        sim = simulate(replace(exact, **effects), row["policy"])
+        aggregate = simulate(replace(setting, exact=False, **effects), row["policy"])
         measured = float(row["iteration_s"]) / float(row.get("wall_scale") or 1.0)
         out.append({"model": setting.model, "link": row.get("link"), "policy": row["policy"],
                     "congestion": row.get("congestion"),
@@ -130,6 +152,8 @@ def compare(rows: list[dict], base: SimSetting) -> tuple[list[dict], int]:
                     "fluid_s": fluid["iteration_s"], "fluid_error": fluid["iteration_s"] / measured - 1,
                     "analytic_s": fluid["analytic_iteration_s"],
                     "analytic_error": fluid["analytic_iteration_s"] / measured - 1,
+                    "aggregate_s": aggregate["iteration_s"],
+                    "aggregate_error": aggregate["iteration_s"] / measured - 1, "exact": exact.exact,
                     "harness_s": harness_s, "latency_s": effects["latency_s"],
                     "backlog_bytes": effects["backlog_bytes"], "note": note})
     return out, skipped
@@ -138,15 +162,17 @@ def compare(rows: list[dict], base: SimSetting) -> tuple[list[dict], int]:
 def summary(results: list[dict]) -> str:
     """Per row, then mean and worst |error| per policy and per worker count."""
     lines = ["model     link   policy   workers layout     cc     measured s  simulated s  error   "
-             "fluid s  fluid err  analytic err"]
+             "fluid s  fluid err  aggregate err  analytic err"]
     for r in results:
         lines.append(f"{r['model']:9} {str(r.get('link') or '-'):6} {r['policy']:8} {r['workers']:7} {r['layout']:10} "
                      f"{str(r.get('congestion') or '-'):6} "
                      f"{r['measured_s']:10.3f}  {r['simulated_s']:11.3f}  {100 * r['error']:+5.1f}%  "
                      f"{r['fluid_s']:7.3f}  {100 * r['fluid_error']:+7.1f}%  "
-                     f"{100 * r['analytic_error']:+7.1f}%" + (f"  ({r['note']})" if r.get("note") else ""))
+                     f"{100 * r['aggregate_error']:+11.1f}%  "
+                     f"{100 * r['analytic_error']:+10.1f}%" + (f"  ({r['note']})" if r.get("note") else ""))
     for key in ("policy", "workers", "link", "congestion"):
-        for label, field in (("|error|", "error"), ("|fluid error|", "fluid_error")):
+        for label, field in (("|error|", "error"), ("|fluid error|", "fluid_error"),
+                             ("|aggregate error|", "aggregate_error")):
             groups = defaultdict(list)
             for r in results:
                 groups[r[key]].append(abs(r[field]))
