@@ -254,3 +254,11 @@ def test_sim_cli_emulated_tcp_slows_fifo_more_than_priority(capsys):
     assert rows[True]["endhost"] - rows[False]["endhost"] > rows[True]["geryon"] - rows[False]["geryon"] > 0
     assert main(["sim", "--emulated-tcp", "2", "--compute-scale", "10"]) != 0
     assert "--emulated-tcp" in capsys.readouterr().err
+
+
+def test_compare_replays_bench_paper_variants():
+    from geryon.sim.compare import variant
+
+    assert variant("geryon+urgency") == ("geryon", {"within_class": "urgency"})
+    assert variant("endhost+bytes+fifo") == ("endhost", {"placement": "bytes", "within_class": "fifo"})
+    assert variant("geryon+threshold") == (None, {}) and variant("control-nolimit") == (None, {})

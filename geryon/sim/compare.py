@@ -4,9 +4,11 @@ A measured row gives model, link, policy, workers, layout and iteration_s, and t
 scale: `time_scale` (paper compute = profile x time_scale; `compute_scale` is read too),
 `bw_bits` (the paper-scale link rate), else `link_rate_bits` (the emulated port) with `size_scale`
 and `wall_scale` (emulated seconds per paper second: link = link_rate_bits x wall_scale /
-size_scale, iteration = iteration_s / wall_scale). `slice_params`, `placement`, `within_class` (default
-"fifo", what bench paper's roles do) and `servers` are used when present, in the row or in the file's `settings` object (bench paper's paper.json). Rows
-without iteration_s, or with a policy the simulator does not know (the `control-nolimit` row), are skipped and counted.
+size_scale, iteration = iteration_s / wall_scale). `slice_params`, `placement`, `within_class`
+(default "fifo", what bench paper's roles do) and `servers` are used when present, in the row or in
+the file's `settings` object (bench paper's paper.json). Policy variants `+urgency`, `+fifo` and
+`+bytes` are replayed; rows without iteration_s, or with a policy the simulator does not know (the
+`control-nolimit` row, `+threshold`), are skipped and counted.
 
 Each row is simulated with the exact per-connection model (<= 64 workers) twice, and once with
 the aggregate model:
@@ -37,15 +39,15 @@ from pathlib import Path
 
 from geryon.errors import ConfigError
 from geryon.sim.paper import LINKS
-from geryon.sim.queues import emulated_queues
 from geryon.sim.job import EXACT_LIMIT
+from geryon.sim.queues import emulated_queues
 from geryon.sim.scenario import SimSetting, simulate
 from geryon.sim.workload import WITHIN_CLASS
+from geryon.transport.policy import POLICIES
 
 # `bench paper` starts its replayed roles without --within-class: replay_roles' default "fifo"
 # (urgency 0 for every tensor), so its endhost and geryon order a send queue by class, then arrival
 BENCH_WITHIN_CLASS = "fifo"
-from geryon.transport.policy import POLICIES
 
 
 def load_rows(path) -> list[dict]:
@@ -104,6 +106,22 @@ def measured_compute_scale(row: dict, setting: SimSetting) -> float:
     return float(row["compute_s"]) / float(row.get("wall_scale") or 1.0) / total
 
 
+# bench paper's policy variants the simulator can replay (policy+option, geryon/bench/paper.py)
+VARIANT_OPTIONS = {"urgency": {"within_class": "urgency"}, "fifo": {"within_class": "fifo"},
+                   "bytes": {"placement": "bytes"}}
+
+
+def variant(name) -> tuple[str | None, dict]:
+    """("geryon", {...}) for "geryon+urgency"; (None, {}) for what the simulator cannot replay."""
+    base, *options = str(name or "").split("+")
+    if base not in POLICIES or any(o not in VARIANT_OPTIONS for o in options):
+        return None, {}
+    settings = {}
+    for option in options:
+        settings.update(VARIANT_OPTIONS[option])
+    return base, settings
+
+
 def tcp_effects(row: dict, setting: SimSetting, harness_s: float | None) -> dict:
     """The TCP/harness fields of SimSetting for a measured row (see the module doc), and a note."""
     size_scale = float(row.get("size_scale") or 1.0)
@@ -129,19 +147,20 @@ def compare(rows: list[dict], base: SimSetting) -> tuple[list[dict], int]:
             harness[(str(row.get("model", "")).lower(), row.get("congestion"))] = (
                 float(row["iteration_s"]) - float(row["compute_s"])) / float(row.get("wall_scale") or 1.0)
     for row in rows:
-        if row.get("policy") not in POLICIES or not row.get("iteration_s") or not row.get("model"):
+        policy, options = variant(row.get("policy"))
+        if policy is None or not row.get("iteration_s") or not row.get("model"):
             skipped += 1
             continue
-        setting = setting_for(row, base)
+        setting = replace(setting_for(row, base), **options)
         harness_s = harness.get((setting.model, row.get("congestion")))
         effects, note = tcp_effects(row, setting, harness_s)
         # the per-connection model where it is cheap: emulated clusters are small, and the
         # aggregate's lock-step workers miss vanilla's asymmetry (the worker beside a big
         # tensor's server moves it through memory while the others wait)
         exact = replace(setting, exact=True) if setting.workers <= EXACT_LIMIT else setting
-        fluid = simulate(exact, row["policy"])
-        sim = simulate(replace(exact, **effects), row["policy"])
-        aggregate = simulate(replace(setting, exact=False, **effects), row["policy"])
+        fluid = simulate(exact, policy)
+        sim = simulate(replace(exact, **effects), policy)
+        aggregate = simulate(replace(setting, exact=False, **effects), policy)
         measured = float(row["iteration_s"]) / float(row.get("wall_scale") or 1.0)
         out.append({"model": setting.model, "link": row.get("link"), "policy": row["policy"],
                     "congestion": row.get("congestion"),

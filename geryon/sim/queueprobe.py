@@ -9,8 +9,8 @@ bottleneck port (`tc -s qdisc`, the root HTB's backlog) every 50 ms after a warm
 `spread` -- the N flows come from different hosts and meet in the switch port into the sink (the
 incast into a worker's down link); `one` -- all N leave one host and meet in its own egress
 (a host's up link carrying its worker's pushes and its server's sends). The simulator's per-flow
-queue (queues.py) is the mean backlog (what a frame arriving at a random time finds). Needs root; the cluster is named `gyq<random>` and
-removed at the end, also on failure.
+queue (queues.py) is the mean backlog (what a frame arriving at a random time finds). Needs root;
+the cluster is named `gyq<random>` and removed at the end, also on failure.
 """
 
 from __future__ import annotations

@@ -180,13 +180,13 @@ def _capped_sum(values: np.ndarray, caps: np.ndarray) -> np.ndarray:
 
 
 # Standing queues measured on emulated ports (`geryon emulate` HTB strict priority, GSO on, as in
-# `bench paper`): `python -m geryon.sim.queueprobe --flows 1,2,4,7,14 --shape spread,one
-# --duration 10 --bw 100mbit,400mbit` (mean backlog; see docs/simulator.md). Rows: (connections,
-# bytes at a host's own egress = up link, bytes at the switch port into a host = down link), in
-# emulated bytes; compare.py scales them by 1 / size_scale.
+# `bench paper`), under the CPU lock: `python -m geryon.sim.queueprobe --flows 1,2,4,7,14 --shape
+# spread,one --duration 8 --bw 100mbit --json` (mean backlog over ~110 samples; docs/simulator.md).
+# Rows: (connections, bytes at a host's own egress = up link, bytes at the switch port into a
+# host = down link), in emulated bytes; compare.py scales them by 1 / size_scale.
 EMULATED_QUEUES: dict[tuple[str, float], QueueTable] = {
-    ("bbr", 100e6): QueueTable(((1, 118e3, 0.0), (2, 130e3, 184e3), (4, 176e3, 565e3),
-                                (7, 176e3, 1000e3), (14, 176e3, 1000e3))),
+    ("bbr", 100e6): QueueTable(((1, 69e3, 1e3), (2, 146e3, 112e3), (4, 158e3, 129e3),
+                                (7, 305e3, 217e3), (14, 870e3, 769e3))),
 }
 
 
