@@ -181,12 +181,15 @@ def _capped_sum(values: np.ndarray, caps: np.ndarray) -> np.ndarray:
 
 # Standing queues measured on emulated ports (`geryon emulate` HTB strict priority, GSO on, as in
 # `bench paper`), under the CPU lock: `python -m geryon.sim.queueprobe --flows 1,2,4,7,14 --shape
-# spread,one --duration 8 --bw 100mbit --json` (mean backlog over ~110 samples; docs/simulator.md).
+# spread,one --duration 8 --bw 100mbit,400mbit --json` (mean backlog over ~110 samples; docs/simulator.md).
 # Rows: (connections, bytes at a host's own egress = up link, bytes at the switch port into a
 # host = down link), in emulated bytes; compare.py scales them by 1 / size_scale.
 EMULATED_QUEUES: dict[tuple[str, float], QueueTable] = {
     ("bbr", 100e6): QueueTable(((1, 69e3, 1e3), (2, 146e3, 112e3), (4, 158e3, 129e3),
                                 (7, 305e3, 217e3), (14, 870e3, 769e3))),
+    # the same with --bw 400mbit (40GbE at size scale 0.01), under the lock, 137 s
+    ("bbr", 400e6): QueueTable(((1, 141e3, 26e3), (2, 284e3, 339e3), (4, 455e3, 415e3),
+                                (7, 464e3, 456e3), (14, 439e3, 459e3))),
 }
 
 
