@@ -69,3 +69,10 @@ def test_emulated_bench_end_to_end(tmp_path, unique_name, capsys):
     for switch in switches:
         assert switch["assignment_digest"] == threshold_split(ranking, [switch["threshold"]]).digest()
     assert len(extra["worker_times"]) == iterations and all(len(t) == 2 for t in extra["worker_times"])
+    # CPU contention inside the measurement: each worker's replay-thread run-queue wait per iteration
+    waits = extra["worker_waits"]
+    assert len(waits) == iterations and all(len(w) == 2 for w in waits)
+    assert all(w is not None and 0 <= w < 10 for row in waits for w in row)
+    assert 0 <= extra["run_wait_share"] <= extra["run_wait_p90_share"]
+    assert all(s["loadavg"] is None or s["loadavg"] >= 0 for s in switches)
+    assert extra["loadavg_start"] is None or extra["loadavg_start"] >= 0

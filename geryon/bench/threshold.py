@@ -182,6 +182,7 @@ class ReplayedPSJob:
         self.switches: list[dict] = []
         self.checks: list[dict] = []      # one per drain: applied updates vs iterations
         self.worker_times: list[list[float]] = []
+        self.worker_waits: list[list[float | None]] = []   # per iteration: each worker's run-queue wait
         self.servers: list[RoleProcess] = []
         self.workers: list[RoleProcess] = []
         self._log_dir = tempfile.mkdtemp(prefix="gy-replay-")
@@ -223,6 +224,7 @@ class ReplayedPSJob:
         self.iterations += 1
         times = [reply["seconds"] for reply in replies]
         self.worker_times.append(times)
+        self.worker_waits.append([reply.get("run_wait_s") for reply in replies])
         return max(times)
 
     def switch(self, threshold: float) -> None:
@@ -245,7 +247,7 @@ class ReplayedPSJob:
         self.threshold = threshold
         self.switches.append({"iteration": self.iterations, "threshold": threshold,
                               "assignment_digest": expected,
-                              "switch_s": time.perf_counter() - started})
+                              "switch_s": time.perf_counter() - started, "loadavg": load_average()})
 
     def _drain(self) -> None:
         """Every update pushed so far is applied and pulled back; check it on every rank."""
@@ -267,6 +269,36 @@ class ReplayedPSJob:
         return {"drains": len(self.checks), "all_ok": all(c["ok"] for c in self.checks),
                 "final_applied": self.checks[-1]["applied"] if self.checks else None,
                 "iterations": self.iterations}
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average (other work sharing the cores), None if unreadable."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def contention_summary(worker_times, worker_waits) -> dict:
+    """How much of each iteration the workers spent waiting for a CPU (schedstat run-queue delay).
+
+    `run_wait_share`: median over iterations of (the slowest worker's replay-thread run-queue wait
+    / its iteration time); `run_wait_p90_share` the 90th percentile. On a cluster emulated on a few
+    shared cores this is the CPU contention inside the measurement: replayed compute that could
+    not run when it should have.
+    """
+    import numpy as np
+
+    shares = []
+    for times, waits in zip(worker_times, worker_waits):
+        if not times or any(w is None for w in waits):
+            continue
+        slowest = int(np.argmax(times))
+        if times[slowest] > 0:
+            shares.append(waits[slowest] / times[slowest])
+    if not shares:
+        return {}
+    return {"run_wait_share": float(np.median(shares)), "run_wait_p90_share": float(np.percentile(shares, 90))}
 
 
 def noise_summary(record: dict) -> dict:
@@ -320,6 +352,7 @@ def run_emulated_threshold_bench(setup: EmulatedSetup, settings=None, name: str 
     settings = settings or SearchSettings()
     profile = resolve_profile(setup.model, batch=setup.batch)
     started = time.perf_counter()
+    load_at_start = load_average()
     context = profile_context(profile, setup.metric, backend="emulated", bandwidth_bps=setup.bandwidth,
                               link_rate_bps=setup.link_rate, workers=setup.workers, servers=setup.servers,
                               emulation=asdict(setup), policy="geryon")
@@ -341,5 +374,8 @@ def run_emulated_threshold_bench(setup: EmulatedSetup, settings=None, name: str 
     extra["verification"] = job.verification()
     extra["switches"] = job.switches
     extra["worker_times"] = job.worker_times
+    extra["worker_waits"] = job.worker_waits
+    extra.update(contention_summary(job.worker_times, job.worker_waits))
+    extra["loadavg_start"], extra["loadavg_end"] = load_at_start, load_average()
     extra["wall_s"] = time.perf_counter() - started
     return record
