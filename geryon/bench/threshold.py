@@ -74,16 +74,26 @@ REPLY_TIMEOUT_S = 120.0
 # of ~1 ms replay with less relative jitter at twice the profiled times.
 PAPER_SETTINGS = {"vgg19": (20e9, 1.0), "resnet50": (10e9, 2.0)}
 DEFAULT_PAPER_SETTING = (20e9, 1.0)
+# Per model: the replay's busy-wait at the end of each layer (None: the replay's 1 ms). ResNet-50's
+# layers last ~1 ms at time_scale 2, so with 1 ms every replayed worker spins through its whole
+# compute: 4 workers demand ~2.6 cores of a 2-core machine, and the slowest worker's replay thread
+# waited for a CPU 45% of its iteration (schedstat, `run_wait_share`); 0.2 ms cut that to ~15%
+# (docs/threshold-search.md). Sleeping more is as precise: the replay's deadlines chain, so a late
+# wake-up is taken back from the next layer instead of adding up.
+SPIN_MARGINS = {"resnet50": 0.0002}
 
 
 def default_setup(model: str, workers: int = 2, servers: int = 1, bandwidth: float | None = None,
-                  time_scale: float | None = None, **fields) -> "EmulatedSetup":
+                  time_scale: float | None = None, spin_margin: float | None = None,
+                  **fields) -> "EmulatedSetup":
     """An EmulatedSetup with the model's per-worker paper bandwidth (port rate = it x workers / servers)."""
-    per_worker, model_time_scale = PAPER_SETTINGS.get(model.lower().replace("-", ""), DEFAULT_PAPER_SETTING)
+    key = model.lower().replace("-", "")
+    per_worker, model_time_scale = PAPER_SETTINGS.get(key, DEFAULT_PAPER_SETTING)
     if bandwidth is None:
         bandwidth = per_worker * max(1.0, workers / max(1, servers))
     return EmulatedSetup(model=model, workers=workers, servers=servers, bandwidth=bandwidth,
-                         time_scale=model_time_scale if time_scale is None else time_scale, **fields)
+                         time_scale=model_time_scale if time_scale is None else time_scale,
+                         spin_margin=SPIN_MARGINS.get(key) if spin_margin is None else spin_margin, **fields)
 
 
 @dataclass(frozen=True)
