@@ -26,3 +26,13 @@ def test_criterion_cli_prints_one_row_per_shape(tmp_path, capsys):
     rows = json.loads(capsys.readouterr().out)
     assert [(r["iters_per_probe"], r["sweep_passes"]) for r in rows] == [(4, 1), (6, 2)]
     assert all(r["within_3pct"] == 1.0 and r["yardstick_beyond_3pct"] == 0.0 for r in rows)
+
+
+def test_table_prints_a_row_per_run(tmp_path, capsys):
+    import json
+
+    path = tmp_path / "RUN.json"
+    path.write_text(json.dumps(_record({0.0: 1.2, 0.5: 1.0, 1.0: 1.2})))
+    assert main(["--table", str(path)]) == 0
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert "| synthetic | 0.5 | 0.5 | 1.000 within |" in row

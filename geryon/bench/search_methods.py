@@ -129,8 +129,12 @@ def main(argv=None) -> int:
     parser.add_argument("--criterion", default=None,
                         help="with --replay: bootstrap the done-criterion for these 'iterations per probe x "
                              "sweep passes', e.g. 8x2,12x2")
+    parser.add_argument("--table", nargs="*", help="emulated RUN.json files: print the done-criterion table "
+                                                    "(one markdown row per run)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.table:
+        return _main_table(args.table)
     if args.replay:
         return _main_replay(args)
     cases = [(c.split("@")[0], float(c.split("@")[1]) * 1e9) for c in args.cases.split(",")]
@@ -154,6 +158,41 @@ def main(argv=None) -> int:
                           f"{100 * row['beyond_3pct']:4.0f}%  ({row['seconds']:.0f} s)", flush=True)
     if args.json:
         print(json.dumps(rows, indent=1))
+    return 0
+
+
+def criterion_row(record: dict) -> dict:
+    """One emulated run's done-criterion figures (see docs/threshold-search.md)."""
+    extra, settings = record["extra"], record["settings"]
+    switches = extra.get("switches") or []
+    loads = [s["loadavg"] for s in switches if s.get("loadavg") is not None]
+    return {"model": record["context"].get("model"), "chosen": record["chosen"], "sweep_best": extra.get("sweep_best"),
+            "sweep_ratio": extra.get("sweep_ratio"), "iteration_noise": extra.get("iteration_noise"),
+            "probes": extra.get("probes"), "iters_per_probe": settings["iters_per_probe"],
+            "sweep_passes": extra.get("sweep_passes"), "run_wait_share": extra.get("run_wait_share"),
+            "loadavg_median": float(np.median(loads)) if loads else None, "wall_s": extra.get("wall_s")}
+
+
+def _main_table(paths) -> int:
+    from geryon.categorize.runrecord import load_run
+
+    def fmt(value, spec):
+        return "" if value is None else format(value, spec)
+
+    def pct(value, spec):
+        return "" if value is None else format(100 * value, spec) + "%"
+
+    print("| run | model | chosen | sweep best | sweep_ratio | noise | probes (iterations) | run-queue wait "
+          "| load avg | time |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for path in paths:
+        row = criterion_row(load_run(path))
+        within = "" if row["sweep_ratio"] is None else (" within" if row["sweep_ratio"] <= 1.03 else " **miss**")
+        print(f"| {path} | {row['model']} | {row['chosen']:g} | {fmt(row['sweep_best'], 'g')} | "
+              f"{fmt(row['sweep_ratio'], '.3f')}{within} | {pct(row['iteration_noise'], '.1f')} | "
+              f"{row['probes']} ({row['iters_per_probe']}) | "
+              f"{pct(row['run_wait_share'], '.0f')} | "
+              f"{fmt(row['loadavg_median'], '.1f')} | {fmt(row['wall_s'], '.0f')} s |")
     return 0
 
 
