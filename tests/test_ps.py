@@ -1,6 +1,7 @@
 """Parameter-server mode on loopback: exact aggregation, and training equal to one process."""
 
 import threading
+import time
 
 import pytest
 import torch
@@ -142,3 +143,33 @@ def test_server_update_is_bit_exact_torch_optim(cls, settings):
             o, n = half.shard.offset, half.shard.length
             half.update(grad[o:o + n].clone(), _StepPlan(), spec, [0])
         assert torch.equal(torch.cat([h.param for h in halves]), reference.detach())
+
+
+def test_a_pull_racing_a_class_flows_registration_still_gets_its_parameters(monkeypatch):
+    """A worker's PULL (flow 0) can reach the server while its class-1 flow is between ACCEPT and
+    registration: the server waits for that flow instead of skipping the parameter (a 60 s hang once)."""
+    from geryon.transport.flows import FlowPool
+
+    register = FlowPool._register
+
+    def late_class_flow(pool, sock, peer_id, index, name):
+        if pool.peer_label == "worker" and index == 1:
+            time.sleep(1.0)            # the server side of class flow 1: ACCEPT sent, not yet registered
+        register(pool, sock, peer_id, index, name)
+
+    monkeypatch.setattr(FlowPool, "_register", late_class_flow)
+    config = TransportConfig(secret="t", policy="geryon", slice_bytes=1024, timeout=20)
+    params = [torch.zeros(n) for n in (5, 3001)]
+    grads = [[torch.full((n,), float(w + 1)) for n in (5, 3001)] for w in range(2)]
+
+    def work(rank, worker, local):
+        worker.pull()              # the start-up pull: its PARAMs go out on both class flows at once
+        worker.wait_all()
+        worker.step(grads[rank])
+        worker.wait_all()
+        return [t.clone() for t in local]
+
+    started = time.monotonic()
+    for got in run_ps(2, 1, params, config, [0, 1], work, lr=1.0):
+        assert torch.equal(got[0], torch.full((5,), -1.5)) and torch.equal(got[1], torch.full((3001,), -1.5))
+    assert time.monotonic() - started < 15, "a parameter waited for the transport timeout"

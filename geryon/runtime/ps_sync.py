@@ -102,7 +102,25 @@ def decode_spec(data: bytes) -> dict:
     return spec
 
 
-class ParameterServerSync:
+class SetUpOnFirstForward:
+    """Connects a PS worker in the model's first forward pre-hook, once: the inputs decide priorities.
+
+    Subclasses set `self.worker = None` and `self._setting_up = False` and define `_set_up(args, kwargs)`,
+    which assigns `self.worker`; a forward run inside `_set_up` (the categorizer's probe) is not hooked.
+    """
+
+    def _first_forward(self, module, args, kwargs):
+        if self.worker is not None or self._setting_up:
+            return None
+        self._setting_up = True
+        try:
+            self._set_up(args, kwargs)
+        finally:
+            self._setting_up = False
+        return None
+
+
+class ParameterServerSync(SetUpOnFirstForward):
     """A worker's side of PS training: setup on first forward, per-layer waits, push/pull steps."""
 
     def __init__(self, model, optimizer, job, timeline=None, spec=None):
@@ -155,16 +173,6 @@ class ParameterServerSync:
             self.checkpoints.load(self.worker, state=False)
 
     # -- setup --------------------------------------------------------------------------------
-    def _first_forward(self, module, args, kwargs):
-        if self.worker is not None or self._setting_up:
-            return None
-        self._setting_up = True
-        try:
-            self._set_up(args, kwargs)
-        finally:
-            self._setting_up = False
-        return None
-
     def _set_up(self, args, kwargs) -> None:
         tracer = self.timeline.transfer if self.timeline else None
         config = self.config = jobtransport.transport_config(self.job, tracer=tracer)

@@ -23,11 +23,11 @@ from geryon.errors import ConfigError
 from geryon.runtime import jobtransport
 from geryon.runtime.priorities import decide_priorities
 from geryon.runtime.ps_buffers import BufferBroadcast
-from geryon.runtime.ps_sync import SPEC_KEY, decode_spec, encode_spec, server_key
+from geryon.runtime.ps_sync import SPEC_KEY, SetUpOnFirstForward, decode_spec, encode_spec, server_key
 from geryon.runtime.store_blobs import get_blob, put_blob
 
 
-class WorkerStepSync:
+class WorkerStepSync(SetUpOnFirstForward):
     """A worker's side of PS training where the servers average and the workers step."""
 
     def __init__(self, model, optimizer, job, timeline=None):
@@ -56,16 +56,6 @@ class WorkerStepSync:
             param.register_post_accumulate_grad_hook(self._gradient_ready(tensor))
         atexit.register(self.close)
         return self.optimizer
-
-    def _first_forward(self, module, args, kwargs):
-        if self.worker is not None or self._setting_up:
-            return None
-        self._setting_up = True
-        try:
-            self._set_up(args, kwargs)
-        finally:
-            self._setting_up = False
-        return None
 
     def _set_up(self, args, kwargs) -> None:
         import torch
