@@ -24,9 +24,10 @@ worker per direction), ResNet-50 10 Gbit/s per worker at time_scale 2 (100 Mbit/
 size_scale stays 1/100: smaller sizes make TCP start-up and per-frame overhead, not bandwidth, the
 cost; ResNet-50 runs at twice the profiled times because its 107 layers of ~1 ms replay with
 ~0.1 ms jitter each and the replay spins below 1 ms. Slices are 64 KiB (6.4 MB at paper scale).
-With the CLI's emulated defaults (8 iterations per probe, 2 warm-up) a run -- 10 search probes, the
-21-candidate sweep and the re-measured choice, 256 iterations and 32 switches -- takes about 2
-minutes for either model with 2 workers.
+With the CLI's emulated defaults (12 iterations per probe, 2 warm-up; 8 before, see below) and
+`--sweep-passes 2` a run -- 10 search probes, 2 passes over the 21 candidates and the coarse split,
+the re-measured choice: 660 iterations and 55 switches -- takes about 4-4.5 minutes for either model
+with 4 workers.
 
 Send order inside a class (`within_class`): "fifo" (default) gives every tensor urgency 0, so each
 class's send queue is first come first served and only the network's priority queues reorder
@@ -39,11 +40,14 @@ Iteration time: a worker's forward start to backward end, its forward blocked on
 switch the first iteration runs on parameters pulled before it (pure compute) and the second carries
 the first transfers on the new connections (TCP start-up; measured 5-10% slower than the rest), so
 the emulated backend discards 2 warm-up iterations per probe. The driver's per-iteration round trip
-(~1 ms) overlaps with the pulls. Per-iteration noise on the shared 2-core machine: the median
-deviation from a probe's median is 2-3.5% (`extra.iteration_noise`), which is why 8 iterations per
-probe (the search's advice for noisy clusters) and why `extra.sweep_ratio` (the sweep's own time at
-the chosen threshold over its best) is recorded next to `ratio` (a fresh re-measurement over the
-smallest of 21 noisy medians, biased low).
+(~1 ms) overlaps with the pulls. Per-iteration noise on the shared 2-core machine, 4 workers: the
+median deviation from a probe's median is 1.6-2.1% for VGG-19 (it follows the machine's load) and
+4.5-5.4% for ResNet-50 (whatever the load: 11-13% of its iterations are compute-only, their
+parameters having arrived before the forward pass), `extra.iteration_noise`; hence 12 iterations per
+probe, and `extra.sweep_ratio` (the sweep's own time at the chosen threshold over its best) next to
+`ratio` (a fresh re-measurement over the smallest of 21 noisy medians, biased low). Each worker's
+run-queue wait per iteration (`extra.worker_waits`, `run_wait_share`) and the load average at every
+switch say how much CPU contention went into a run (docs/threshold-search.md).
 
 Measured runs: docs/measurements.md.
 """
