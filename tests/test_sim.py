@@ -11,6 +11,7 @@ from geryon.errors import ConfigError
 from geryon.sim.compare import compare, load_rows
 from geryon.sim.fabric import GroupSet, allocate, build_fabric
 from geryon.sim.job import PSJob
+from geryon.sim.queues import PortQueues, QueueTable
 from geryon.sim.scenario import SimSetting, simulate
 from geryon.sim.workload import build_workload
 
@@ -93,6 +94,9 @@ def test_bad_settings_are_typed_errors():
     with pytest.raises(ConfigError):
         PSJob(build_workload(profile([("d", "Dense", 1, 1, 10)]), "slicing", 1, 1024),
               build_fabric(100, 1, "separate", GBIT), [0.001], [0.001], exact=True)
+    with pytest.raises(ConfigError):
+        PSJob(build_workload(profile([("d", "Dense", 1, 1, 10)]), "slicing", 1, 1024),
+              build_fabric(2, 1, "separate", GBIT), [0.001], [0.001], latency_s=-1)
 
 
 def test_compare_reads_bench_paper_rows(tmp_path):
@@ -111,9 +115,12 @@ def test_compare_reads_bench_paper_rows(tmp_path):
     for r in results:
         assert r["simulated_s"] > 0 and r["error"] == pytest.approx(r["simulated_s"] / 2.0 - 1)
     assert {r["time_scale"] for r in results} == {9.5}
-    for r in results:   # the control row's harness cost (1.4 - 1.2 s) is added before comparing
-        assert r["harness_s"] == pytest.approx(0.2)
-        assert r["adjusted_error"] == pytest.approx((r["simulated_s"] + 0.2) / 2.0 - 1)
+    for r in results:   # the control row's harness cost (1.4 - 1.2 s) is two frame latencies
+        assert r["harness_s"] == pytest.approx(0.2) and r["latency_s"] == pytest.approx(0.1)
+        assert r["backlog_bytes"] == pytest.approx(16384 / 0.01)   # NOTSENT_LOWAT, paper bytes
+        assert r["fluid_error"] == pytest.approx(r["fluid_s"] / 2.0 - 1)
+        assert r["simulated_s"] > r["fluid_s"]
+        assert r["exact"] and r["aggregate_error"] == pytest.approx(r["aggregate_s"] / 2.0 - 1)
     assert results[0]["simulated_s"] == pytest.approx(results[1]["simulated_s"], rel=0.5)
     lines = path.with_suffix(".jsonl")
     lines.write_text("\n".join(json.dumps(r) for r in rows))
@@ -170,3 +177,88 @@ def test_byte_placement_balances_servers():
     count = build_workload(prof, "slicing", 8, 4 << 20).bytes_per_server(8)
     balanced = build_workload(prof, "slicing", 8, 4 << 20, placement="bytes").bytes_per_server(8)
     assert balanced.max() - balanced.min() < count.max() - count.min()
+
+
+HOL_PROFILE = [("c1", "Conv2D", 1, 0.5, 1000), ("d1", "Dense", 1, 0, 1_000_000),
+               ("d2", "Dense", 1, 1, 1_000_000)]
+
+
+@pytest.mark.parametrize("backlog, period", [(0, 0.006001), (250_000, 0.006001), (750_000, 0.007001),
+                                             (10_000_000, 0.007001)])
+def test_socket_backlog_commits_frames_before_an_urgent_one_arrives(backlog, period):
+    # worker 1 pushes d2 then d1 (ready together) and c1 0.5 ms later, 1 ms per MB, over one
+    # connection ordered by urgency (endhost). With at most 250 KB in the socket, c1 overtakes d1
+    # (queued, not yet committed): pulls d2, c1, d1 -> forward restarts 6 ms (+ c1's 1 us) after it
+    # started. With 750 KB or more d1 is in the socket before c1 comes: c1 last both ways -> 7 ms.
+    prof = profile(HOL_PROFILE)
+    fabric = build_fabric(2, 1, "colocated", 8 * GBIT)
+    workload = build_workload(prof, "endhost", 1, 1 << 30)
+    forward, backward = [0.001] * 3, [0.0005, 0.0, 0.001]
+    result = PSJob(workload, fabric, forward, backward, backlog_bytes=backlog).run(4)
+    assert result.iteration_s() == pytest.approx(period, rel=1e-6)
+
+
+def test_frame_latency_adds_to_each_hop():
+    prof = profile([("d1", "Dense", 10, 20, 1_000_000)])
+    fabric = build_fabric(2, 2, "colocated", 8 * GBIT)
+    workload = build_workload(prof, "vanilla", 2, 1 << 30)
+    result = PSJob(workload, fabric, [0.010], [0.020], latency_s=0.005).run(4)
+    assert result.iteration_s() == pytest.approx(0.030 + 2 * 0.001 + 2 * 0.005, rel=1e-6)
+
+
+def test_a_lone_connection_waits_behind_no_queue():
+    # one connection per link: whatever it has queued is its own earlier bytes, which the fluid
+    # model already serves before its frame's last byte -- the known time of the plain job
+    prof = profile([("d1", "Dense", 10, 20, 1_000_000)])
+    fabric = build_fabric(2, 2, "colocated", 8 * GBIT)
+    workload = build_workload(prof, "vanilla", 2, 1 << 30)
+    result = PSJob(workload, fabric, [0.010], [0.020], queues=QueueTable.per_flow(100_000)).run(4)
+    assert result.iteration_s() == pytest.approx(0.030 + 2 * 0.001, rel=1e-6)
+
+
+def test_port_queues_count_connections_per_class():
+    fabric = build_fabric(4, 4, "colocated", 8 * GBIT)    # 1 GB/s links
+    # pushes into server 0 (class 0) and pulls from server 1 (class 0) and server 2 (class 1)
+    groups = GroupSet(fabric, host=[0, 1, 2], pull=[False, True, True], cls=[0, 0, 1])
+    ports = PortQueues(groups, QueueTable.per_flow(1000, 2500))
+    ports.update(np.array([0, 1, 2]))
+    # host 1's up link: its push to server 0 + 3 pulls of server 1 = 4 class-0 connections, capped
+    assert ports.up[0, 1] == 2500
+    assert ports.up[0, 2] == 1000 and ports.up[1, 2] == 2500       # push; 3 class-1 pulls
+    # a class-1 pull from server 2 waits only behind class-1 bytes of the other connections:
+    # host 2's up link 2500 - its own 2500/3; the worker down links hold 1 class-1 pull each (its own)
+    assert ports.delay(2) == pytest.approx((2500 - 2500 / 3) * 1e-9)
+    # a connection holds at most its backlog in the queue: 100 bytes committed per connection
+    ports.update(np.array([0, 1, 2]), backlog=np.array([100.0, 100.0, 100.0]))
+    assert ports.up[0, 1] == pytest.approx(400) and ports.up[1, 2] == pytest.approx(300)
+    assert ports.delay(2, backlog=100.0) == pytest.approx(200 * 1e-9)
+
+
+def test_queue_table_interpolates_and_saturates():
+    table = QueueTable(((2, 100, 200), (4, 100, 1000)))
+    assert table.bytes(np.array([0, 1, 3, 9]), down=True) == pytest.approx([0, 100, 600, 1000])
+    assert table.bytes(np.array([1, 9]), down=False) == pytest.approx([50, 100])
+    assert table.scaled(10).rows[-1] == (4, 1000, 10000)
+    with pytest.raises(ConfigError):
+        QueueTable(((4, 1, 1), (2, 1, 1)))
+
+
+def test_sim_cli_emulated_tcp_slows_fifo_more_than_priority(capsys):
+    rows = {}
+    for extra in ([], ["--emulated-tcp", "0.01"]):
+        assert main(["sim", "--model", "vgg19", "--compute-scale", "10", "--iterations", "2",
+                     "--policy", "endhost,geryon", "--json", *extra]) == 0
+        rows[bool(extra)] = {r["policy"]: r["iteration_s"] for r in map(
+            json.loads, (l for l in capsys.readouterr().out.splitlines() if l.startswith("{")))}
+    # the standing queues urgent frames meet under FIFO cost endhost more than geryon
+    assert rows[True]["endhost"] - rows[False]["endhost"] > rows[True]["geryon"] - rows[False]["geryon"] > 0
+    assert main(["sim", "--emulated-tcp", "2", "--compute-scale", "10"]) != 0
+    assert "--emulated-tcp" in capsys.readouterr().err
+
+
+def test_compare_replays_bench_paper_variants():
+    from geryon.sim.compare import variant
+
+    assert variant("geryon+urgency") == ("geryon", {"within_class": "urgency"})
+    assert variant("endhost+bytes+fifo") == ("endhost", {"placement": "bytes", "within_class": "fifo"})
+    assert variant("geryon+threshold") == (None, {}) and variant("control-nolimit") == (None, {})

@@ -20,9 +20,11 @@ Policies (transport settings per segment; `--priority`, `--placement` and `--sli
 the sliced ones):
     vanilla   whole tensors, round-robin over servers, one FIFO flow per peer
     slicing   slices spread over servers, FIFO (the paper's Partition + Slicing)
-    endhost   slices, sender-side priority queue by (class, urgency): TicTac/P3
-    geryon    slices, one flow per class marked DSCP 46/0, urgency order within a class
-and variants for the design investigation, named policy+option (see VARIANTS).
+    endhost   slices, sender-side priority queue by class (CONV before FC), then arrival
+    geryon    slices, one flow per class marked DSCP 46/0, arrival order within a class
+Inside a class the replayed roles send in arrival order (replay_roles' `--within-class fifo`, the
+paper's Geryon); `+urgency` orders by forward position inside a class too (TicTac/P3-like end-host
+scheduling). Variants for the design investigation are named policy+option (see VARIANTS).
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ BASE_POLICIES = {
 }
 VARIANTS = {
     "bytes": {"placement": "bytes"},           # byte-balanced slice placement over servers
-    "fifo": {"within_class": "fifo"},          # no end-host order inside a class (the paper's Geryon)
+    "fifo": {"within_class": "fifo"},          # arrival order inside a class (the default already)
+    "urgency": {"within_class": "urgency"},    # forward-position order inside a class (TicTac/P3)
     "threshold": {"priority": "threshold"},    # threshold split at --threshold instead of CONV/FC
 }
 

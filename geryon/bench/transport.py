@@ -1,7 +1,13 @@
 """Transport benchmarks on an emulated cluster, each printing one JSON object per result line.
 
-    geryon bench transport --bw 100mbit      PS push/pull and allreduce goodput vs iperf3 (ratio_vs_iperf3)
-    geryon bench allreduce --workers 3       allreduce time vs torch.distributed gloo (ratio_vs_gloo)
+    geryon bench transport --bw 100mbit [--ps 1x1,8x8]
+                                             PS push/pull and allreduce goodput vs iperf3 (ratio_vs_iperf3);
+                                             an N x N colocated PS vs the sum of iperf3 --bidir over host pairs
+    geryon bench allreduce --workers 4,8 --repeat 3
+                                             allreduce time vs torch.distributed gloo (ratio_vs_gloo) and vs
+                                             the ring's line-rate bound 2(N-1)/N * size / rate (ratio_vs_line_rate)
+Every row also gives `cpu_s_per_gb`: CPU seconds (user + system, all processes of the system measured,
+time.process_time) per GB its transfers put on the wire; allreduce rows give gloo's alongside.
     geryon bench priority --servers 2        high-priority burst under low-priority bulk, per policy
                                              (ratio_vs_unloaded)
 Every baseline is measured in the same run, on the same emulated hosts. Needs root.
@@ -28,7 +34,8 @@ import time
 import uuid
 
 from geryon.bench.emulated import BASE_PORT, gloo_placements, ring_placements, role_argv, run_roles
-from geryon.errors import TransportError
+from geryon.errors import ConfigError, TransportError
+from geryon.rates import parse_rate
 from geryon.transport.config import TransportConfig
 from geryon.transport.policy import POLICIES
 
@@ -56,7 +63,8 @@ def _dscp_of(policy: str) -> int:
 
 
 def _common(args) -> list[str]:
-    extra = ["--slice-bytes", args.slice_bytes, "--timeout", 120, "--notsent-lowat", args.notsent_lowat]
+    extra = ["--slice-bytes", args.slice_bytes, "--timeout", 120, "--notsent-lowat", args.notsent_lowat,
+             "--rto-min-us", args.rto_min_us]
     if args.congestion:
         extra += ["--congestion", args.congestion]
     return extra
@@ -81,8 +89,123 @@ def _iperf3(cluster, seconds: int = 5, bidir: bool = False, congestion: str | No
         server.wait()
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def _iteration_seconds(records: list[list[dict]]) -> list[float]:
+    """Per timed iteration, the slowest process's time (a collective ends when its last rank does)."""
+    runs = [r[-1]["all_seconds"] for r in records if r and "all_seconds" in r[-1]]
+    return [max(times) for times in zip(*runs)]
+
+
+def _cpu_seconds(records: list[list[dict]]) -> float:
+    """CPU seconds (user + system, every thread) of all processes' measured part."""
+    return sum(record.get("cpu_seconds", 0.0) for r in records for record in r if record.get("event") == "result")
+
+
+def _per_gb(cpu_seconds: float, wire_bytes: float) -> float:
+    return cpu_seconds / (wire_bytes / 1e9) if wire_bytes else float("nan")
+
+
+def ring_bound_seconds(size: int, ranks: int, rate_bps: float) -> float:
+    """The ring allreduce's line-rate bound: each rank sends 2(N-1)/N of the data through its port."""
+    return 2 * (ranks - 1) / ranks * size * 8 / rate_bps
+
+
+def _grids(text: str) -> list[tuple[int, int]]:
+    grids = []
+    for item in text.split(","):
+        try:
+            workers, servers = (int(x) for x in item.lower().split("x"))
+        except ValueError:
+            raise ConfigError(f"--ps {item!r}: give WORKERSxSERVERS, e.g. 8x8") from None
+        if workers < 1 or servers < 1 or (workers > 1 and workers != servers):
+            raise ConfigError(f"--ps {item!r}: 1x1, or N x N (worker and server i colocated on host i)")
+        grids.append((workers, servers))
+    return grids
+
+
+def _iperf3_pairs(cluster, hosts: int, seconds: int, congestion: str | None, dscp: int) -> dict:
+    """iperf3 --bidir between h1-h2, h3-h4, ... at once: every port busy both ways, as in colocated PS.
+
+    Returns the sum over hosts of what each sent (bit/s) and the iperf3 processes' CPU seconds.
+    """
+    servers, clients = [], []
+    extra = ["--bidir", "-S", str(dscp << 2)] + (["-C", congestion] if congestion else [])
+    try:
+        for pair in range(hosts // 2):
+            a, b = f"h{2 * pair + 1}", f"h{2 * pair + 2}"
+            servers.append(cluster.popen(b, ["iperf3", "-s", "-1", "-p", "5399"], stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL))
+        time.sleep(0.5)
+        for pair in range(hosts // 2):
+            a, b = f"h{2 * pair + 1}", f"h{2 * pair + 2}"
+            clients.append(cluster.popen(a, ["iperf3", "-c", cluster.host(b).ip, "-p", "5399", "-t", str(seconds),
+                                             "-J", *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                         text=True))
+        total, cpu = 0.0, 0.0
+        for client in clients:
+            out, _ = client.communicate(timeout=seconds + 30)
+            end = json.loads(out)["end"]
+            total += end["sum_received"]["bits_per_second"] + end["sum_received_bidir_reverse"]["bits_per_second"]
+            usage = end.get("cpu_utilization_percent", {})
+            cpu += (usage.get("host_total", 0.0) + usage.get("remote_total", 0.0)) / 100 * seconds
+        return {"goodput_bps": total, "cpu_seconds": cpu, "wire_bytes": total / 8 * seconds}
+    finally:
+        for process in servers + clients:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+
+
+def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
+    """W workers and W servers, worker and server i on host i; goodput vs the iperf3 --bidir pair sum."""
+    hosts = workers
+    with _cluster(hosts, args) as cluster:
+        congestion = args.congestion or cluster.congestion_control("h1")
+        dscp = _dscp_of(args.policies.split(",")[0])
+        baseline = _iperf3_pairs(cluster, hosts, 5, args.congestion, dscp)
+        _print(args, {"bench": "transport", "system": "iperf3-bidir-sum", "hosts": hosts, "bw": args.bw,
+                      "dscp": dscp, "congestion": congestion, "goodput_bps": baseline["goodput_bps"],
+                      "cpu_s_per_gb": _per_gb(baseline["cpu_seconds"], baseline["wire_bytes"])})
+        addresses = ",".join(f"{cluster.host(f'h{s + 1}').ip}:{BASE_PORT + s}" for s in range(servers))
+        for policy in args.policies.split(","):
+            placements = [(f"h{s + 1}", role_argv("ps-server", "--index", s, "--servers", servers, "--workers",
+                                                  workers, "--listen", f"0.0.0.0:{BASE_PORT + s}", "--sizes", size,
+                                                  "--policy", policy, *_common(args)))
+                          for s in range(servers)]
+            placements += [(f"h{w + 1}", role_argv("ps-worker", "--rank", w, "--workers", workers, "--servers",
+                                                   addresses, "--sizes", size, "--iters", args.iters,
+                                                   "--policy", policy, *_common(args)))
+                           for w in range(workers)]
+            records = run_roles(cluster, placements)
+            seconds = _median(_iteration_seconds(records[servers:]))
+            # every worker pushes (S-1)/S of the model to other hosts' servers and pulls as much back
+            wire = 2 * workers * (servers - 1) / servers * size
+            goodput = wire * 8 / seconds
+            _print(args, {"bench": "transport", "system": f"ps-{workers}x{servers}", "policy": policy,
+                          "bw": args.bw, "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
+                          "congestion": congestion, "baseline_dscp": dscp,
+                          "ratio_vs_iperf3_bidir_sum": goodput / baseline["goodput_bps"],
+                          "cpu_s_per_gb": _per_gb(_cpu_seconds(records), wire * args.iters),
+                          "server_cpu_s_per_gb": _per_gb(_cpu_seconds(records[:servers]), wire * args.iters)})
+
+
 def bench_transport(args) -> int:
     size = int(args.size_mb * 1e6)
+    grids = _grids(args.ps)
+    if (1, 1) in grids:
+        _bench_two_hosts(args, size)
+    for workers, servers in grids:
+        if (workers, servers) != (1, 1):
+            _bench_ps_grid(args, workers, servers, size)
+    return 0
+
+
+def _bench_two_hosts(args, size: int) -> None:
+    """PS 1x1 and a 2-rank ring between two hosts, against iperf3 one way and --bidir."""
     with _cluster(2, args) as cluster:
         congestion = args.congestion or cluster.congestion_control("h1")   # geryon's and iperf3's sockets
         baselines: dict[int, tuple[float, float]] = {}
@@ -111,37 +234,53 @@ def bench_transport(args) -> int:
                           "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
                           "congestion": congestion, "baseline_dscp": dscp,
                           "ratio_vs_iperf3": goodput / baseline,
-                          "ratio_vs_iperf3_bidir": goodput / both_ways})
+                          "ratio_vs_iperf3_bidir": goodput / both_ways,
+                          "cpu_s_per_gb": _per_gb(_cpu_seconds(ps), 2 * size * args.iters)})
             ring = run_roles(cluster, ring_placements(cluster, ["h1", "h2"], 2, "--sizes", size, "--iters",
                                                       args.iters, "--policy", policy, *_common(args)))
-            seconds = max(r[-1]["seconds"] for r in ring)
+            seconds = _median(_iteration_seconds(ring))
             goodput = size * 8 / seconds          # 2 ranks: each direction carries the whole size
             _print(args, {"bench": "transport", "system": "allreduce", "policy": policy, "bw": args.bw,
                           "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
                           "congestion": congestion, "baseline_dscp": dscp,
                           "ratio_vs_iperf3": goodput / baseline,
-                          "ratio_vs_iperf3_bidir": goodput / both_ways})
-    return 0
+                          "ratio_vs_iperf3_bidir": goodput / both_ways,
+                          "cpu_s_per_gb": _per_gb(_cpu_seconds(ring), 2 * size * args.iters)})
+
+
+def _workers(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--workers {text!r}: give rank counts, e.g. 4,8") from None
+    if not counts or min(counts) < 2:
+        raise ConfigError(f"--workers {text!r}: every ring needs at least 2 ranks")
+    return counts
 
 
 def bench_allreduce(args) -> int:
     sizes = [int(float(s)) for s in args.sizes.split(",")]
-    hosts = [f"h{i + 1}" for i in range(args.workers)]
-    with _cluster(args.workers, args, default_congestion=True) as cluster:
-        congestion = cluster.congestion_control(hosts[0])   # gloo's and geryon's flows alike
-        for size in sizes:
-            iters = args.iters if size < 50e6 else 1
-            mine = run_roles(cluster, ring_placements(cluster, hosts, args.workers, "--sizes", size, "--iters",
-                                                      iters, "--policy", args.policy, *_common(args)))
-            gloo = run_roles(cluster, gloo_placements(cluster, hosts, args.workers, "--sizes", size,
-                                                      "--iters", iters),
-                             env={"GLOO_SOCKET_IFNAME": "eth0"})
-            ours = max(r[-1]["seconds"] for r in mine)
-            theirs = max(r[-1]["seconds"] for r in gloo)
-            _print(args, {"bench": "allreduce", "workers": args.workers, "bw": args.bw, "size_bytes": size,
-                          "policy": args.policy, "congestion": congestion, "seconds": ours,
-                          "gloo_seconds": theirs,
-                          "ratio_vs_gloo": ours / theirs})
+    rate = parse_rate(args.bw)
+    for workers in _workers(args.workers):
+        hosts = [f"h{i + 1}" for i in range(workers)]
+        with _cluster(workers, args, default_congestion=True) as cluster:
+            congestion = cluster.congestion_control(hosts[0])   # gloo's and geryon's flows alike
+            for size in sizes:
+                mine = run_roles(cluster, ring_placements(cluster, hosts, workers, "--sizes", size, "--iters",
+                                                          args.repeat, "--policy", args.policy, *_common(args)))
+                gloo = run_roles(cluster, gloo_placements(cluster, hosts, workers, "--sizes", size,
+                                                          "--iters", args.repeat),
+                                 env={"GLOO_SOCKET_IFNAME": "eth0"})
+                ours, theirs = _median(_iteration_seconds(mine)), _median(_iteration_seconds(gloo))
+                bound = ring_bound_seconds(size, workers, rate)
+                wire = 2 * (workers - 1) * size * args.repeat     # every rank sends 2(N-1)/N of the data
+                _print(args, {"bench": "allreduce", "workers": workers, "bw": args.bw, "size_bytes": size,
+                              "policy": args.policy, "congestion": congestion, "repeat": args.repeat,
+                              "seconds": ours, "gloo_seconds": theirs, "line_rate_seconds": bound,
+                              "ratio_vs_gloo": ours / theirs, "ratio_vs_line_rate": ours / bound,
+                              "gloo_ratio_vs_line_rate": theirs / bound,
+                              "cpu_s_per_gb": _per_gb(_cpu_seconds(mine), wire),
+                              "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo), wire)})
     return 0
 
 
@@ -182,6 +321,8 @@ def _shared(parser) -> None:
     parser.add_argument("--congestion", default=None, help="TCP congestion control, e.g. cubic or bbr")
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,
                         help="TCP_NOTSENT_LOWAT in bytes (0: kernel default)")
+    parser.add_argument("--rto-min-us", type=int, default=TransportConfig.rto_min_us,
+                        help="TCP_RTO_MIN_US on geryon's sockets (0: the kernel's 200 ms)")
 
 
 def add_benches(bench) -> None:
@@ -190,13 +331,16 @@ def add_benches(bench) -> None:
     parser.add_argument("--size-mb", type=float, default=25.0)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--policies", default="geryon")
+    parser.add_argument("--ps", default="1x1", help="PS grids WxS, comma-separated: 1x1 (server on h1, worker "
+                        "on h2, plus a 2-rank ring) and NxN (worker and server i colocated on host i), e.g. 1x1,8x8")
     parser.set_defaults(func=bench_transport)
 
     parser = bench.add_parser("allreduce", help="allreduce time against torch.distributed gloo")
     _shared(parser)
-    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--workers", default="3", help="ring sizes, comma-separated, e.g. 4,8")
     parser.add_argument("--sizes", default="1e3,1e4,1e5,1e6,1e7,1e8")
-    parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--repeat", "--iters", dest="repeat", type=int, default=3,
+                        help="timed allreduces per size and system; rows give the median")
     parser.add_argument("--policy", default="geryon", choices=sorted(POLICIES))
     parser.set_defaults(func=bench_allreduce)
 

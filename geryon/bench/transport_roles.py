@@ -64,7 +64,7 @@ def _config(args) -> TransportConfig:
                            class_dscp=tuple(int(d) for d in args.dscp.split(",")),
                            slice_bytes=args.slice_bytes, timeout=args.timeout,
                            tcp_congestion=args.congestion,
-                           notsent_lowat=args.notsent_lowat or None)
+                           notsent_lowat=args.notsent_lowat or None, rto_min_us=args.rto_min_us or None)
 
 
 def _tensors(size_bytes: int, seed: int) -> torch.Tensor:
@@ -88,20 +88,21 @@ def run_allreduce(args) -> None:
         for size in args.sizes:
             tensors, priorities = allreduce_inputs(size, args.rank, args.two_classes)
             group.allreduce([t.clone() for t in tensors], priorities)   # warm-up, plan agreement
-            times = []
+            times, cpu = [], 0.0
             barrier = torch.zeros(1)
             group.allreduce([barrier])
             for i in range(args.iters):
                 work = [t.clone() for t in tensors]
                 group.allreduce([barrier])   # start together, like the gloo role's dist.barrier()
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 group.allreduce(work, priorities)
                 times.append(time.perf_counter() - started)
+                cpu += time.process_time() - cpu_started
                 if args.checksum:
                     digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in work)).hexdigest()
                     _emit(event="iteration", size_bytes=size, iteration=i, sha256=digest)
             _emit(event="result", system="geryon", size_bytes=size, seconds=sorted(times)[len(times) // 2],
-                  all_seconds=times)
+                  all_seconds=times, cpu_seconds=cpu)
 
 
 def run_gloo(args) -> None:
@@ -114,15 +115,16 @@ def run_gloo(args) -> None:
         for size in args.sizes:
             tensor = _tensors(size, args.rank)
             dist.all_reduce(tensor.clone())
-            times = []
+            times, cpu = [], 0.0
             for _ in range(args.iters):
                 work = tensor.clone()
                 dist.barrier()
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 dist.all_reduce(work)
                 times.append(time.perf_counter() - started)
+                cpu += time.process_time() - cpu_started
             _emit(event="result", system="gloo", size_bytes=size, seconds=sorted(times)[len(times) // 2],
-                  all_seconds=times)
+                  all_seconds=times, cpu_seconds=cpu)
     finally:
         dist.destroy_process_group()
 
@@ -134,11 +136,14 @@ def _ps_params(sizes: list[int]) -> list[torch.Tensor]:
 def run_ps_server(args) -> None:
     from geryon.transport.ps import ParameterServer
     host, port = args.listen.rsplit(":", 1)
+    torch.set_num_threads(1)          # as geryon.runtime.server does
     params = _ps_params(args.sizes)
     with ParameterServer(args.index, args.servers, args.workers, params, _config(args),
                          (host, int(port)), lr=0.01) as server:
         _emit(event="ready", index=args.index, port=server.port)
+        cpu_started = time.process_time()
         server.serve_job()
+        _emit(event="result", system="geryon-ps-server", cpu_seconds=time.process_time() - cpu_started)
 
 
 def run_ps_worker(args) -> None:
@@ -148,7 +153,7 @@ def run_ps_worker(args) -> None:
     with PSWorker(args.rank, args.workers, _addresses(args.servers), params, _config(args)) as worker:
         _emit(event="ready", rank=args.rank)
         grads = [torch.ones_like(p) for p in params]
-        times = []
+        times, cpu_started = [], time.process_time()
         for i in range(args.iters):
             started = time.perf_counter()
             worker.step(grads)
@@ -157,9 +162,10 @@ def run_ps_worker(args) -> None:
             if args.checksum:
                 _emit(event="iteration", iteration=i)
         median = sorted(times)[len(times) // 2]
+        cpu = time.process_time() - cpu_started
         digest = hashlib.sha256(b"".join(p.numpy().tobytes() for p in params)).hexdigest()
         _emit(event="result", system="geryon-ps", bytes_each_way=total, seconds=median,
-              all_seconds=times, sha256=digest)
+              all_seconds=times, sha256=digest, cpu_seconds=cpu)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -185,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--congestion", default=None)
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,
                         help="TCP_NOTSENT_LOWAT in bytes; 0 leaves the kernel default")
+    parser.add_argument("--rto-min-us", type=int, default=TransportConfig.rto_min_us,
+                        help="TCP_RTO_MIN_US in microseconds; 0 leaves the kernel's 200 ms")
     parser.add_argument("--trace", default=None, help="append TransferEvents as JSON lines here")
     parser.add_argument("--secret", default=os.environ.get(envvars.JOB_SECRET, "geryon-bench"))
     parser.add_argument("--job", type=int, default=1)

@@ -64,8 +64,15 @@ def serve(env: RankEnv) -> int:
     spec = _wait_for_spec(store, prefix + SPEC_KEY, stopped)
     if spec is None:
         return 0
+    import torch
+
     from geryon.timeline import rank_timeline
     from geryon.transport import ParameterServer
+
+    # a server only updates slices on its transport threads: torch's intra-op threads would split each
+    # slice's optimizer step and then spin, burning the CPU the colocated workers need (see
+    # docs/transport-profile.md)
+    torch.set_num_threads(1)
 
     timeline = rank_timeline(env.timeline, env.name)
     config = jobtransport.transport_config(env, tracer=timeline.transfer if timeline else None)

@@ -3,7 +3,8 @@
     geryon sim [--model vgg19|resnet50|alexnet|inceptionv3|all] [--link 10gbe|40gbe] [--bw GBIT]
                [--workers N] [--layout colocated|separate] [--topology star|leafspine
                --oversubscription R] [--classes K] [--policy P,...] [--iterations N]
-               [--slice-params N] [--compute-scale S] [--exact] [--json] [--out DIR]
+               [--slice-params N] [--compute-scale S] [--exact] [--emulated-tcp SIZE_SCALE]
+               [--latency-ms MS] [--json] [--out DIR]
     geryon sim --compare BENCH_PAPER.json      simulated vs measured iteration times
     geryon sim --curve                         the slides' potential speedup vs bandwidth (VGG-19)
 
@@ -46,6 +47,10 @@ def add_commands(commands, bench) -> None:
                         help="slices over servers: round-robin (count) or least-bytes")
     parser.add_argument("--compute-scale", type=float, help="skip calibration, use this scale")
     parser.add_argument("--exact", action="store_true", help="per-connection model (<= 64 workers)")
+    parser.add_argument("--emulated-tcp", type=float, metavar="SIZE_SCALE",
+                        help="add the emulation's TCP effects (bbr port queues measured by "
+                             "geryon.sim.queueprobe, 16 KiB NOTSENT_LOWAT) at this byte scale, e.g. 0.01")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="per-frame delivery latency")
     parser.add_argument("--compare", metavar="JSON", help="validate against bench paper rows")
     parser.add_argument("--curve", action="store_true", help="potential speedup vs bandwidth (VGG-19)")
     parser.add_argument("--slice-table", action="store_true",
@@ -59,7 +64,18 @@ def _setting(args, scale: float) -> SimSetting:
     if args.bw is not None and not 1 <= args.bw <= 400:
         raise ConfigError(f"--bw must be 1-400 Gbit/s, got {args.bw:g}")
     thresholds = tuple(float(t) for t in args.thresholds.split(",")) if args.thresholds else ()
-    return SimSetting(link=None if args.bw else args.link,
+    tcp = {}
+    if args.emulated_tcp is not None:
+        from geryon.sim.queues import emulated_queues
+        if not 0 < args.emulated_tcp <= 1:
+            raise ConfigError(f"--emulated-tcp is a byte scale in (0, 1], got {args.emulated_tcp:g}")
+        port = (args.bw * 1e9 if args.bw else LINKS[args.link]) * args.emulated_tcp
+        tcp = {"backlog_bytes": 16384 / args.emulated_tcp,
+               "queues": emulated_queues("bbr", port).scaled(1 / args.emulated_tcp)}
+    if args.latency_ms < 0:
+        raise ConfigError(f"--latency-ms must be >= 0, got {args.latency_ms:g}")
+    return SimSetting(latency_s=args.latency_ms / 1e3, **tcp,
+                      link=None if args.bw else args.link,
                       bw_bps=args.bw * 1e9 if args.bw else LINKS[args.link], workers=args.workers,
                       servers=args.servers, layout=args.layout, topology=args.topology,
                       oversubscription=args.oversubscription, hosts_per_leaf=args.hosts_per_leaf,
@@ -86,6 +102,8 @@ def run(args) -> int:
         raise ConfigError(f"unknown policy {unknown[0]!r}; choose from {', '.join(POLICIES)}")
     started = time.perf_counter()
     _setting(args, 1.0)   # validate every flag before any work
+    if args.compare:        # each measured row carries its own compute scale: no calibration
+        return _compare(args, _setting(args, args.compute_scale or 1.0))
     if args.compute_scale:
         scale = args.compute_scale
         _say(args, f"compute scale {scale:.4g} (given)")
@@ -94,8 +112,6 @@ def run(args) -> int:
         _say(args, f"compute scale {scale:.4g}: calibrated so that VGG-19 vanilla at 10GbE, 8 colocated "
                    "workers, reaches the paper's 26.9% (profile times x scale)")
     base = _setting(args, scale)
-    if args.compare:
-        return _compare(args, base)
     rows = []
     for model in models:
         setting = replace(base, model=model)

@@ -18,7 +18,21 @@ Two granularities (`exact`):
 A connection sends one frame at a time, the most urgent by the policy's send key; a started frame
 runs to its end (it is in the socket). The network moves from event to event (a frame reaches an
 idle connection, a frame completes, a compute step ends); rates (fabric.allocate) are recomputed
-only when the set of frames on the wire changed.
+only when the set of connections with bytes on the wire changed.
+
+Two TCP effects a pure fluid model lacks, both off by default (0):
+- `backlog_bytes` (S): the kernel holds up to S bytes of a connection (unsent bytes under
+  TCP_NOTSENT_LOWAT plus the congestion window in flight, queued in the bottleneck's FIFO). The
+  sender commits its next frame -- chooses it from its priority queue, after which it can no
+  longer be overtaken -- as soon as the connection's committed-but-undelivered bytes fall to S,
+  not when the previous frame is delivered. An urgent frame arriving at a busy connection therefore
+  waits for S more bytes at the connection's rate: the head-of-line blocking end-host ordering
+  cannot undo. Under `geryon` the urgent class has its own connection, so its backlog is urgent bytes.
+- `queues` (a QueueTable): standing FIFO queues at the host ports (queues.py): a frame reaches
+  its receiver the queueing delay of its class's queues later.
+- `latency_s` (d): every frame that crosses the network reaches its receiver d after its last byte
+  is delivered (the per-message cost of the sending and receiving processes; the no-limit control
+  row of `bench paper` measures it, see compare.py).
 """
 
 from __future__ import annotations
@@ -26,12 +40,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from geryon.errors import ConfigError
 from geryon.sim.fabric import Fabric, GroupSet, allocate
+from geryon.sim.queues import PortQueues, QueueTable
 from geryon.sim.workload import Workload
 
 PUSH, PULL = 0, 1
@@ -73,13 +89,19 @@ class PSJob:
     """Simulate `workload` on `fabric` with per-layer compute `forward_s`/`backward_s`."""
 
     def __init__(self, workload: Workload, fabric: Fabric, forward_s, backward_s,
-                 aggregation_s: float = 0.0, exact: bool = False, floor: float = 0.0):
+                 aggregation_s: float = 0.0, exact: bool = False, floor: float = 0.0,
+                 backlog_bytes: float = 0.0, latency_s: float = 0.0,
+                 queues: QueueTable | None = None):
         self.w, self.fabric = workload, fabric
         self.forward_s = np.asarray(forward_s, dtype=float)
         self.backward_s = np.asarray(backward_s, dtype=float)
         self.aggregation_s = float(aggregation_s)
         self.exact = bool(exact)
         self.floor = float(floor)
+        if backlog_bytes < 0 or latency_s < 0:
+            raise ConfigError("the socket backlog and the frame latency must be >= 0")
+        self.backlog_bytes = float(backlog_bytes)
+        self.latency_s = float(latency_s)
         servers = len(fabric.server_host)
         if exact and fabric.workers > EXACT_LIMIT:
             raise ConfigError(f"the exact model is for at most {EXACT_LIMIT} workers; "
@@ -97,9 +119,11 @@ class PSJob:
                                flow_of_group if workload.classes > 1 else np.zeros(count, dtype=np.int64),
                                worker_hosts[replica] if exact else None)
         self.flows = flows
+        self.ports = PortQueues(self.groups, queues) if queues is not None else None
         layers = len(self.forward_s)
         self.slices_of_layer = [np.flatnonzero(workload.layer == l) for l in range(layers)]
-        urgency = workload.tensor if workload.urgency_order else np.zeros(workload.slices, dtype=np.int64)
+        urgency = (workload.tensor if workload.urgency_order and workload.within_class == "urgency"
+                   else np.zeros(workload.slices, dtype=np.int64))
         klass = workload.cls if workload.urgency_order else np.zeros(workload.slices, dtype=np.int64)
         push_klass = klass if workload.push_flow is None or workload.push_flow is workload.flow \
             else np.zeros_like(klass)
@@ -119,9 +143,14 @@ class PSJob:
         groups = len(self.groups)
         members = self.groups.members
         nbytes = w.nbytes.astype(float)
-        queues: list[list] = [[] for _ in range(groups)]
-        head = np.full(groups, -1, dtype=np.int64)        # frame on the wire (see frame_id)
-        remaining = np.zeros(groups)
+        tol = 1e-9 * max(1.0, float(nbytes.max()) if len(nbytes) else 1.0)
+        cap = self.backlog_bytes
+        queues: list[list] = [[] for _ in range(groups)]       # frames not yet committed (heaps)
+        committed: list[deque] = [deque() for _ in range(groups)]   # in the socket, in order
+        queued = np.zeros(groups, dtype=bool)             # queues[g] is not empty
+        onwire = np.zeros(groups, dtype=bool)             # committed[g] is not empty
+        remaining = np.zeros(groups)                      # bytes until committed[g][0] is delivered
+        backlog = np.zeros(groups)                        # committed bytes not yet delivered
         rate = np.zeros(groups)
         seq = itertools.count()
         timers: list = []        # (time, seq, kind, replica, payload)
@@ -140,22 +169,40 @@ class PSJob:
                 finish(slice_, direction, replica, t)
                 return
             heapq.heappush(queues[g], (*self.key_head[direction][slice_], next(seq), slice_, direction, replica))
-            if head[g] < 0:
-                start_next(g)
-                state["dirty"] = True
+            queued[g] = True
+            commit(g)
 
-        frames = {}
-
-        def start_next(g: int) -> None:
-            if queues[g]:
+        def commit(g: int) -> None:
+            # the sender hands frames to the kernel while the socket holds at most `cap` bytes
+            while queues[g] and backlog[g] <= cap + tol:
                 *_, slice_, direction, replica = heapq.heappop(queues[g])
-                head[g] = 1
-                frames[g] = (slice_, direction, replica)
-                remaining[g] = nbytes[slice_]
-                wire[cls_of_group[g]] += nbytes[slice_] * members[g]
+                size = nbytes[slice_]
+                committed[g].append((slice_, direction, replica))
+                backlog[g] += size
+                wire[cls_of_group[g]] += size * members[g]
+                if not onwire[g]:
+                    onwire[g] = True
+                    remaining[g] = size
+                    state["dirty"] = True
+            queued[g] = bool(queues[g])
+
+        arrival = np.zeros(groups)                        # last frame's arrival per connection
+        ports = self.ports
+
+        def delivered(g: int, t: float) -> None:
+            delay = self.latency_s + (ports.delay(g, backlog[g]) if ports is not None else 0.0)
+            slice_, direction, replica = committed[g].popleft()
+            if committed[g]:
+                remaining[g] += nbytes[committed[g][0][0]]
             else:
-                head[g] = -1
-                remaining[g] = 0.0
+                onwire[g] = False
+                remaining[g] = backlog[g] = 0.0
+                state["dirty"] = True
+            if delay > 0:
+                arrival[g] = max(arrival[g], t + delay)      # a connection delivers in order
+                heapq.heappush(timers, (arrival[g], next(seq), "arrive", replica, (slice_, direction)))
+            else:
+                finish(slice_, direction, replica, t)
 
         def finish(slice_: int, direction: int, replica: int, t: float) -> None:
             if direction == PUSH:
@@ -203,7 +250,9 @@ class PSJob:
             enqueue(slice_, PULL, replica, t)
 
         def fire(kind: str, replica: int, payload, t: float) -> None:
-            if kind == "grad":
+            if kind == "arrive":
+                finish(payload[0], payload[1], replica, t)
+            elif kind == "grad":
                 for slice_ in self.slices_of_layer[payload].tolist():
                     enqueue(slice_, PUSH, replica, t)
             elif kind == "request":
@@ -223,7 +272,7 @@ class PSJob:
             advance(replica)
         events = 0
         while workers[0].iteration <= iterations:
-            busy = np.flatnonzero(head >= 0)
+            busy = np.flatnonzero(onwire)
             now = state["now"]
             if state["dirty"]:
                 rate[:] = 0.0
@@ -231,23 +280,30 @@ class PSJob:
                     rate[busy] = allocate(self.groups, busy, self.floor)
                 events += 1
                 state["dirty"] = False
-            t_done = math.inf
+            t_next = timers[0][0] if timers else math.inf
             if len(busy):
-                with np.errstate(divide="ignore"):
-                    t_done = now + float((remaining[busy] / rate[busy]).min())
-            t = min(t_done, timers[0][0] if timers else math.inf)
-            if not math.isfinite(t):
+                r = rate[busy]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    t_next = min(t_next, now + float((remaining[busy] / r).min()))
+                    full = busy[queued[busy] & (backlog[busy] > cap + tol)]
+                    if len(full):   # a socket with frames waiting drains to `cap`
+                        t_next = min(t_next, now + float(((backlog[full] - cap) / rate[full]).min()))
+            if not math.isfinite(t_next):
                 raise RuntimeError("simulation stalled: no frame can move and no event is due")
             if len(busy):
-                remaining[busy] -= rate[busy] * (t - now)
-            state["now"] = now = t
+                moved = rate[busy] * (t_next - now)
+                remaining[busy] -= moved
+                backlog[busy] -= moved
+            state["now"] = now = t_next
             if len(busy):
-                done = busy[remaining[busy] <= 1e-9 * nbytes.max()]
-                for g in done.tolist():
-                    slice_, direction, replica = frames.pop(g)
-                    start_next(g)
-                    state["dirty"] = True
-                    finish(slice_, direction, replica, now)
+                landing = busy[remaining[busy] <= tol]
+                if ports is not None and len(landing):
+                    ports.update(busy, backlog)      # the queues these frames' last bytes met
+                for g in landing.tolist():
+                    while committed[g] and remaining[g] <= tol:
+                        delivered(g, now)
+                for g in busy[queued[busy] & (backlog[busy] <= cap + tol)].tolist():
+                    commit(g)
             while timers and timers[0][0] <= now:
                 _, _, kind, replica, payload = heapq.heappop(timers)
                 fire(kind, replica, payload, now)

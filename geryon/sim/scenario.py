@@ -20,6 +20,7 @@ from geryon.categorize.profiles import LayerProfile, resolve_profile
 from geryon.errors import ConfigError
 from geryon.sim.fabric import build_fabric
 from geryon.sim.job import EXACT_LIMIT, PSJob
+from geryon.sim.queues import QueueTable
 from geryon.sim.paper import CALIBRATION_CELL, LINKS, PAPER_EFFICIENCY, paper_efficiency
 from geryon.sim.workload import build_workload
 
@@ -51,6 +52,10 @@ class SimSetting:
     exact: bool = False
     floor: float = 0.0             # what-if: share of every port guaranteed to each class
     push_class: str = "class"      # what-if: "high" sends every push in the top class
+    backlog_bytes: float = 0.0     # TCP: bytes a connection's socket holds ahead of a new frame (job.py)
+    latency_s: float = 0.0         # per-frame delivery latency (processing at both ends)
+    within_class: str = "urgency"  # endhost/geryon send order inside a class: urgency or fifo
+    queues: QueueTable | None = None   # TCP's standing queues at the ports (queues.py), paper bytes
 
     def __post_init__(self):
         if not 1 <= self.workers <= MAX_WORKERS:
@@ -90,10 +95,12 @@ def simulate(setting: SimSetting, policy: str, profile: LayerProfile | None = No
                           setting.topology, setting.oversubscription, setting.hosts_per_leaf)
     workload = build_workload(profile, policy, setting.server_count, setting.slice_params * 4,
                               classes=setting.classes, thresholds=setting.thresholds or None,
-                              placement=setting.placement, push_class=setting.push_class)
+                              placement=setting.placement, push_class=setting.push_class,
+                              within_class=setting.within_class)
     forward, backward = _compute(profile, setting.compute_scale)
     job = PSJob(workload, fabric, forward, backward, setting.aggregation_s, exact=setting.exact,
-                floor=setting.floor)
+                floor=setting.floor, backlog_bytes=setting.backlog_bytes, latency_s=setting.latency_s,
+                queues=setting.queues)
     result = job.run(setting.iterations)
     iteration = result.iteration_s()
     batch = profile.batch or 32

@@ -8,7 +8,9 @@ with the fewest bytes so far ("bytes" placement). Priority classes come from the
 the coarse CONV/FC split for K = 2 where the model has fully-connected layers, else thresholds.
 
 Send order inside a connection (`send_key`, as `Policy.send_key`): FIFO for vanilla and slicing;
-(class, urgency) for endhost and geryon, urgency = the tensor's position in forward order.
+(class, urgency) for endhost and geryon, urgency = the tensor's position in forward order, or with
+`within_class="fifo"` (class, arrival): urgency 0 for every tensor, what `bench paper`'s replayed
+roles do by default (replay_roles `--within-class fifo`: only the class orders a send queue).
 `geryon` alone opens one connection per class and marks it with the class's priority; the others
 use one connection per peer in one network class.
 """
@@ -25,6 +27,7 @@ from geryon.errors import ConfigError
 from geryon.transport.policy import get_policy
 
 PLACEMENTS = ("count", "bytes")
+WITHIN_CLASS = ("urgency", "fifo")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Workload:
     flow: np.ndarray               # per slice: connection index (its class under geryon, else 0)
     urgency_order: bool
     push_flow: np.ndarray | None = None   # per slice: connection of its push (default: `flow`)
+    within_class: str = "urgency"  # send order inside a class: "urgency" or "fifo" (arrival)
 
     @property
     def slices(self) -> int:
@@ -71,13 +75,16 @@ def tensor_classes(profile: LayerProfile, classes: int, thresholds=None) -> list
 
 def build_workload(profile: LayerProfile, policy: str, servers: int, slice_bytes: int,
                    classes: int = 2, thresholds=None, placement: str = "count",
-                   size_scale: float = 1.0, push_class: str = "class") -> Workload:
+                   size_scale: float = 1.0, push_class: str = "class",
+                   within_class: str = "urgency") -> Workload:
     """Slices, servers and classes of `profile`'s tensors under `policy` (see module doc).
 
     `push_class` "high" (a what-if) sends every push in the most urgent class; pulls keep theirs.
     """
     if push_class not in ("class", "high"):
         raise ConfigError(f"push_class must be class or high, got {push_class!r}")
+    if within_class not in WITHIN_CLASS:
+        raise ConfigError(f"within_class must be one of {', '.join(WITHIN_CLASS)}, got {within_class!r}")
     spec = get_policy(policy)
     if placement not in PLACEMENTS:
         raise ConfigError(f"unknown placement {placement!r}; use one of {', '.join(PLACEMENTS)}")
@@ -109,5 +116,5 @@ def build_workload(profile: LayerProfile, policy: str, servers: int, slice_bytes
     return Workload(policy=policy, classes=network_classes, tensor_layer=np.array(layers),
                     tensor_class=tensor_class, layer=data[:, 0], tensor=data[:, 1],
                     nbytes=data[:, 2], server=data[:, 3], cls=slice_class, flow=flow,
-                    urgency_order=spec.urgency_order,
+                    urgency_order=spec.urgency_order, within_class=within_class,
                     push_flow=np.zeros_like(flow) if push_class == "high" else flow)

@@ -5,7 +5,9 @@ rank (c - 1) mod world. At reduce-scatter step s rank r sends chunk (r - s) to i
 and adds the chunk (r - s - 1) it receives from its left neighbour; then the owners' chunks travel
 once more round the ring (all-gather). Chunks move in slices (TransportConfig.slice_bytes under the
 sliced policies), so reduction and transfer pipeline: each slice is reduced and forwarded by the
-receiving thread as soon as it lands.
+receiving thread as soon as it lands. A reduce-scatter slice lands in that flow's own slice-sized
+scratch buffer (reused, so it stays in cache) and is added in place into the bucket; an all-gather
+slice lands straight in the bucket. Nothing the size of a bucket is allocated per collective.
 
 Reduction order (deterministic, bit-exact): chunk c is summed along the ring starting at rank c,
     ((x_c + x_{c+1}) + x_{c+2}) + ... + x_{c+world-1}      (indices mod world)
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from geryon.errors import ConfigError, PeerAborted, ProtocolError
+from geryon.transport import elementwise
 from geryon.transport.buckets import (Bucket, chunk_bounds, normalize_priorities, pieces,
                                       plan_buckets, plan_digest)
 from geryon.transport.config import TransportConfig
@@ -37,10 +40,24 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
+class _Inbox:
+    """Per receiving flow (used by its receive thread only): where reduce-scatter payloads land, and
+    the frame whose payload is being read (looked up once, in `destination`)."""
+    scratch: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.uint8))
+    view: memoryview = field(default_factory=lambda: memoryview(bytearray(0)))
+    frame: tuple | None = None
+
+    def landing(self, nbytes: int) -> memoryview:
+        if len(self.view) < nbytes:
+            self.scratch = torch.empty(nbytes, dtype=torch.uint8)
+            self.view = byte_view(self.scratch)
+        return self.view[:nbytes]
+
+
+@dataclass
 class _BucketRun:
     bucket: Bucket
     acc: torch.Tensor          # flat, the bucket's data; becomes the result
-    scratch: torch.Tensor      # flat, reduce-scatter slices land here before the add
     starts: list[int]
     expect_rs: int
     expect_ag: int
@@ -53,10 +70,10 @@ class _BucketRun:
     def __post_init__(self):
         # made once per collective, not once per slice
         self.dtype_code = dtype_code(self.bucket.dtype)
-        self.acc_bytes, self.scratch_bytes = byte_view(self.acc), byte_view(self.scratch)
+        self.acc_bytes = byte_view(self.acc)
 
     def slice_of(self, data: memoryview, offset: int, length: int) -> memoryview:
-        """Bytes of elements [offset, offset + length) of `acc_bytes` or `scratch_bytes`."""
+        """Bytes of elements [offset, offset + length) of `acc_bytes`."""
         size = self.bucket.dtype.itemsize
         return data[offset * size:(offset + length) * size]
 
@@ -109,6 +126,7 @@ class AllreduceGroup(PoolOwner):
         self._verified: set[bytes] = set()
         self._digests: dict[int, dict[int, bytes]] = {}
         self._aborted = False
+        self._inboxes: dict[object, _Inbox] = {}   # per receiving flow
         self.pool = None
         if world == 1:
             return
@@ -214,7 +232,7 @@ class AllreduceGroup(PoolOwner):
         for bucket, flat in zip(buckets, flats):
             bounds = chunk_bounds(bucket.numel, n)
             size = [e - s for s, e in bounds]
-            runs.append(_BucketRun(bucket, flat, torch.empty_like(flat), [s for s, _ in bounds],
+            runs.append(_BucketRun(bucket, flat, [s for s, _ in bounds],
                                    expect_rs=bucket.numel - size[r],
                                    expect_ag=bucket.numel - size[(r + 1) % n],
                                    expect_sent=2 * bucket.numel - size[(r + 1) % n] - size[(r + 2) % n]))
@@ -294,21 +312,27 @@ class AllreduceGroup(PoolOwner):
 
     def destination(self, flow, header) -> memoryview:
         collective, run, c = self._lookup(flow, header)
+        inbox = self._inboxes.get(flow)
+        if inbox is None:
+            inbox = self._inboxes[flow] = _Inbox()
         if header.kind == Kind.REDUCE and c != self.rank:
-            return run.slice_of(run.scratch_bytes, header.offset, header.length)
+            inbox.frame = (collective, run, c)
+            return inbox.landing(header.payload_len)
         if header.kind == Kind.GATHER and c != (self.rank + 1) % self.world:
+            inbox.frame = (collective, run, c)
             return run.slice_of(run.acc_bytes, header.offset, header.length)
         raise ProtocolError(f"{header.describe()} from {flow.name} is not expected at rank {self.rank}")
 
     def delivered(self, flow, header) -> None:
-        collective, run, c = self._lookup(flow, header)
+        inbox = self._inboxes[flow]
+        (collective, run, c), inbox.frame = inbox.frame, None
         offset, length, n, r = header.offset, header.length, self.world, self.rank
         if header.kind == Kind.REDUCE:
             target = run.acc[offset:offset + length]
-            target.add_(run.scratch[offset:offset + length])
+            elementwise.add_(target, inbox.scratch[:header.payload_len].view(run.bucket.dtype))
             if c == (r + 1) % n:
                 if collective.average:
-                    target.div_(n)
+                    elementwise.div_(target, n)
                 self._send(collective, run, Kind.GATHER, offset, length)
             else:
                 self._send(collective, run, Kind.REDUCE, offset, length)

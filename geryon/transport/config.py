@@ -34,6 +34,10 @@ class TransportConfig:
     # TCP_RTO_MAX_MS (Linux >= 6.15; ignored where absent): caps the retransmission backoff, so a flow
     # resumes within this long after a link comes back instead of up to 2x the outage; None = 120 s default
     rto_max_ms: int | None = 1000
+    # TCP_RTO_MIN_US (Linux >= 6.15; ignored where absent): the floor of the retransmission timeout. Many
+    # flows into one port (PS push/pull) lose whole window tails; with the 200 ms default each such loss
+    # stalled a synchronous iteration for 200 ms (docs/transport-profile.md); None = the kernel's
+    rto_min_us: int | None = 10_000
     max_payload: int = 1 << 30                   # largest data frame accepted, in bytes
     placement: str = "count"                     # PS slices over servers: "count" round-robin, "bytes" balanced
     # called with a TransferEvent per data slice queued / sent / received (see transport.trace)
@@ -55,6 +59,8 @@ class TransportConfig:
         get_policy(self.policy)
         if self.rto_max_ms is not None and not 1000 <= self.rto_max_ms <= 120_000:
             raise ConfigError(f"rto_max_ms {self.rto_max_ms}: Linux accepts 1000..120000 (or None)")
+        if self.rto_min_us is not None and not 5000 <= self.rto_min_us <= 200_000:
+            raise ConfigError(f"rto_min_us {self.rto_min_us}: Linux accepts 5000..200000 (or None)")
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"placement {self.placement!r}: choose one of {', '.join(PLACEMENTS)}")
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from geryon.errors import ConfigError, PeerAborted, ProtocolError, TransportError
+from geryon.transport import elementwise
 from geryon.transport.buckets import normalize_priorities
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
@@ -79,15 +80,13 @@ class _ServerShard:
         return len(self.arrived) == len(self.grads)
 
     def mean_gradient(self) -> torch.Tensor:
-        grad = self.grads[0].clone()
-        for other in self.grads[1:]:
-            grad.add_(other)
-        return grad.div_(len(self.grads))
+        """((g_0 + g_1) + ...) / workers, on this thread (geryon.transport.elementwise)."""
+        return elementwise.mean_(torch.empty_like(self.grads[0]), self.grads)
 
     def update(self, grad: torch.Tensor, plan: "_StepPlan", spec: OptimizerSpec, offsets) -> None:
         """Apply one iteration: the mean gradient (MEAN), or one step of the user's optimizer."""
         if spec.mean_only:
-            self.param.copy_(grad)
+            elementwise.copy_(self.param, grad)
             return
         if self.optimizer is None or not plan.present(self.shard.tensor_id):
             return   # in no group, or no worker had a gradient: torch.optim leaves it as it is

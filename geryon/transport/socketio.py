@@ -3,15 +3,52 @@
 A read of a frame's header may wait indefinitely (an idle peer is normal) only when the caller says
 so; once a frame has started, every read must make progress within the socket timeout, otherwise
 the peer is named in a PeerTimeout. End of stream is a TransportError naming the peer.
+
+Two ways to time out. During the handshake, Python's socket timeout (settimeout: a poll() before every
+recv/send). Once a plain TCP flow runs, `use_kernel_timeouts` makes the socket blocking with the
+kernel's SO_RCVTIMEO/SO_SNDTIMEO instead: one syscall per call, and a payload is read with
+MSG_WAITALL, so a 256 KiB slice is one recv_into (one wake-up of the thread) instead of one per
+arriving burst, and a send blocks in the kernel until the whole slice is queued (docs/transport-profile.md).
+A kernel timeout shows as BlockingIOError (EAGAIN) and is reported exactly like socket.timeout.
 """
 
 from __future__ import annotations
 
 import socket
+import struct
 import time
 
 from geryon.errors import PeerTimeout, ProtocolError, TransportError
 from geryon.transport.wire import HEADER_SIZE, MAX_CONTROL_PAYLOAD, Header, decode_header
+
+
+_TIMEVAL = struct.Struct("@ll")
+
+
+def use_kernel_timeouts(sock, seconds: float) -> bool:
+    """Make a plain TCP socket blocking with `seconds` as the kernel's send and receive timeouts.
+
+    Returns False (and sets Python's timeout instead) for anything else, e.g. a TLS wrapper, which
+    does its own I/O on the socket beneath and expects socket.timeout from it.
+    """
+    if type(sock) is not socket.socket:
+        sock.settimeout(seconds)
+        return False
+    whole = int(seconds)
+    value = _TIMEVAL.pack(whole, int(round((seconds - whole) * 1e6)))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+    sock.settimeout(None)
+    return True
+
+
+def timeout_of(sock) -> float:
+    """The socket's timeout in seconds: Python's, else the kernel's receive timeout."""
+    timeout = sock.gettimeout()
+    if timeout is None:
+        whole, micro = _TIMEVAL.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEVAL.size))
+        timeout = whole + micro / 1e6
+    return timeout
 
 
 def read_exact_into(sock: socket.socket, view: memoryview, peer: str,
@@ -22,6 +59,9 @@ def read_exact_into(sock: socket.socket, view: memoryview, peer: str,
     one byte at a time cannot hold the read open (the handshake uses this).
     """
     filled, total = 0, len(view)
+    # blocking plain socket (use_kernel_timeouts): the kernel fills the whole view, waking us once
+    flags = socket.MSG_WAITALL if deadline is None and type(sock) is socket.socket \
+        and sock.gettimeout() is None else 0
     while filled < total:
         try:
             if deadline is not None:
@@ -29,12 +69,15 @@ def read_exact_into(sock: socket.socket, view: memoryview, peer: str,
                 if left <= 0:
                     raise socket.timeout
                 sock.settimeout(left)
-            got = sock.recv_into(view[filled:], total - filled)
-        except socket.timeout:
+            if flags:
+                got = sock.recv_into(view[filled:], total - filled, flags)
+            else:                           # a TLS wrapper's recv_into takes no flags
+                got = sock.recv_into(view[filled:], total - filled)
+        except (socket.timeout, BlockingIOError):
             if deadline is not None:
                 raise PeerTimeout(f"{peer} did not complete its frame before the deadline "
                                   f"({filled} of {total} bytes)") from None
-            raise PeerTimeout(f"{peer} sent nothing for {sock.gettimeout():g} s in the middle of a "
+            raise PeerTimeout(f"{peer} sent nothing for {timeout_of(sock):g} s in the middle of a "
                               "frame; it stalled or the network is cut") from None
         except OSError as exc:
             raise TransportError(f"connection to {peer} failed: {exc}") from None
@@ -67,8 +110,8 @@ def write_all(sock: socket.socket, buffers: list, peer: str) -> None:
     while views:
         try:
             sent = sock.sendmsg(views)
-        except socket.timeout:
-            raise PeerTimeout(f"{peer} accepted no data for {sock.gettimeout():g} s; "
+        except (socket.timeout, BlockingIOError):
+            raise PeerTimeout(f"{peer} accepted no data for {timeout_of(sock):g} s; "
                               "it stalled or the network is cut") from None
         except OSError as exc:
             raise TransportError(f"sending to {peer} failed: {exc}") from None
