@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from geryon.bench.replay_roles import LEARNING_RATE, applied_updates
-from geryon.bench.threshold import EmulatedSetup
+from geryon.bench.replay_roles import run_queue_wait_s
+from geryon.bench.threshold import EmulatedSetup, contention_summary
 from geryon.categorize.classes import threshold_split
 from geryon.categorize.profiles import resolve_profile
 from geryon.categorize.runrecord import load_run
@@ -35,6 +36,15 @@ def test_setup_scales_the_link_and_rejects_bad_values():
     for bad in ({"workers": 0}, {"size_scale": 0}, {"time_scale": -1}, {"within_class": "lifo"}):
         with pytest.raises(ConfigError):
             EmulatedSetup(**bad)
+
+
+def test_contention_summary_reads_the_slowest_workers_wait():
+    # iteration 1: worker 1 is slowest and waited 0.1 of its 0.4 s; iteration 2: worker 0, 0.05 of 0.5
+    summary = contention_summary([[0.3, 0.4], [0.5, 0.2]], [[0.2, 0.1], [0.05, 0.0]])
+    assert summary["run_wait_share"] == pytest.approx((0.25 + 0.1) / 2)
+    assert contention_summary([[0.3]], [[None]]) == {}       # no schedstat on this kernel
+    waited = run_queue_wait_s()
+    assert waited is None or 0 <= waited[0] <= waited[1]
 
 
 @pytest.mark.root
@@ -69,3 +79,10 @@ def test_emulated_bench_end_to_end(tmp_path, unique_name, capsys):
     for switch in switches:
         assert switch["assignment_digest"] == threshold_split(ranking, [switch["threshold"]]).digest()
     assert len(extra["worker_times"]) == iterations and all(len(t) == 2 for t in extra["worker_times"])
+    # CPU contention inside the measurement: each worker's replay-thread run-queue wait per iteration
+    waits = extra["worker_waits"]
+    assert len(waits) == iterations and all(len(w) == 2 for w in waits)
+    assert all(w is not None and 0 <= w < 10 for row in waits for w in row)
+    assert 0 <= extra["run_wait_share"] <= extra["run_wait_p90_share"]
+    assert all(s["loadavg"] is None or s["loadavg"] >= 0 for s in switches)
+    assert extra["loadavg_start"] is None or extra["loadavg_start"] >= 0

@@ -46,7 +46,8 @@ def add_commands(commands, bench) -> None:
     bench_threshold.add_argument("--congestion", default="",
                                  help="emulated: TCP congestion control, e.g. cubic (default: the system's)")
     bench_threshold.add_argument("--spin-margin", type=float, default=None,
-                                 help="emulated: busy-wait per replayed layer in seconds (default 1 ms)")
+                                 help="emulated: busy-wait per replayed layer in seconds (default 1 ms; "
+                                      "resnet50 0.2 ms: its ~1 ms layers would spin throughout)")
     bench_threshold.add_argument("--cluster-name", help="emulated: name of the cluster (default random)")
     bench_threshold.add_argument("--candidates", help="comma-separated thresholds (default 0, 0.05, ..., 1)")
     bench_threshold.add_argument("--bandwidth", default=None,
@@ -72,8 +73,9 @@ def add_commands(commands, bench) -> None:
                                       "(default 3 emulated, 1 analytic)")
     bench_threshold.add_argument("--first-round", type=int, default=6)
     bench_threshold.add_argument("--iters-per-probe", type=int, default=None,
-                                 help="iterations per probe (default 5; emulated 8: its iterations vary "
-                                      "~3%% on 2 shared cores, the noisy case of the search's defaults)")
+                                 help="iterations per probe (default 5; emulated 12: its iterations vary "
+                                      "2-6%% on 2 shared cores, and a 4-iteration burst of load from "
+                                      "elsewhere should not decide a probe's median)")
     bench_threshold.add_argument("--warmup", type=int, default=None,
                                  help="iterations discarded at the start of a probe (default 1; emulated 2: "
                                       "the first runs on parameters pulled before the switch, the second "
@@ -109,7 +111,7 @@ def _bench_threshold(args) -> int:
                           "--priority search --max-classes K")
     settings = SearchSettings(budget=args.budget, first_round=args.first_round, classes=args.classes,
                               method=args.method, confirm=args.confirm,
-                              iters_per_probe=args.iters_per_probe or (8 if emulated else 5),
+                              iters_per_probe=args.iters_per_probe or (12 if emulated else 5),
                               warmup=args.warmup if args.warmup is not None else (2 if emulated else 1),
                               **candidates)
     if emulated:

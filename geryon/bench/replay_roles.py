@@ -13,8 +13,11 @@ A worker is a `ReplayedModel` (profiled per-layer compute, real tensors of the p
 next version is requested when the backward pass ends. Commands:
     connect {threshold, servers: [[ip, port], ...]}  join the servers with the classes of
              threshold_split(ranking, [threshold]); answers the assignment digest
-    step     one iteration; answers its seconds (forward start to backward end) and the time
-             blocked on pulls
+    step     one iteration; answers its seconds (forward start to backward end), the time
+             blocked on pulls, and `run_wait_s` / `run_wait_all_s`: how long the replay thread /
+             all of this process's threads (summed) were runnable but not running (waiting for a
+             CPU, /proc schedstat) during the step -- the CPU contention an emulated cluster on a
+             few shared cores adds to an iteration
     drain    wait for the pulled parameters, leave the servers; answers the parameter digest and
              `applied` (see below)
     exit
@@ -85,6 +88,27 @@ def params_digest(tensors) -> str:
 # what `connect`/`listen` may change per connection (bench paper switches policies without restarting)
 TRANSPORT_OVERRIDES = ("policy", "slice_bytes", "congestion", "notsent_lowat", "placement",
                        "within_class", "priority")
+
+
+def run_queue_wait_s() -> tuple[float, float] | None:
+    """(main thread, all threads) seconds spent runnable but waiting for a CPU so far (Linux
+    schedstat: the second field of /proc/self/task/*/schedstat); None where it is not available."""
+    main = str(os.getpid())
+    total = mine = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as handle:
+                waited = int(handle.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue   # a thread that ended meanwhile
+        total += waited
+        if tid == main:
+            mine = waited
+    return mine * 1e-9, total * 1e-9
 
 
 def _config(args, overrides: dict | None = None, tracer=None) -> TransportConfig:
@@ -191,9 +215,15 @@ class ReplayedWorker:
 
     def step(self) -> dict:
         self.blocked_s = 0.0
+        waited = run_queue_wait_s()
         seconds = self.model.step()
         self.transport.next_iteration()
-        return {"seconds": seconds, "blocked_s": self.blocked_s}
+        record = {"seconds": seconds, "blocked_s": self.blocked_s}
+        now = run_queue_wait_s()
+        if waited is not None and now is not None:
+            record["run_wait_s"] = now[0] - waited[0]          # the replay (main) thread
+            record["run_wait_all_s"] = now[1] - waited[1]      # every thread, summed
+        return record
 
     def run(self, iterations: int) -> dict:
         """`iterations` steps back to back (no driver round trip between them); each one's record."""

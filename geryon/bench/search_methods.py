@@ -15,6 +15,13 @@ search draws each iteration of a probe at random from that candidate's measured 
 (warm-up iterations from its measured warm-ups), so the measured noise -- heavy tails, load bursts
 from elsewhere on the machine -- is the noise model. The error is then the chosen candidate's sweep
 median over the sweep's best median (the yardstick of the bench's `sweep_ratio`).
+
+`--replay RUN.json --criterion 8x2,12x2` bootstraps the whole done-criterion instead, for each
+"iterations per probe x sweep passes": the default search with probes of that length, then a fresh
+sweep of that many passes drawn from the same measured iterations, and the bench's `sweep_ratio`
+(chosen over best, both in that sweep). It also reports `yardstick`: the same ratio for the
+recorded sweep's best candidate, i.e. how often the sweep itself would fail its own best -- the
+part of a miss that no search can remove.
 """
 
 import argparse
@@ -90,6 +97,23 @@ def evaluate_replay(record: dict, overrides: dict, seeds: int) -> list[float]:
     return ratios
 
 
+def evaluate_criterion(record: dict, iters_per_probe: int, sweep_passes: int,
+                       seeds: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sweep_ratio of the search's choice, sweep_ratio of the recorded best) per seed; see above."""
+    from geryon.bench.sweep import run_threshold_bench
+
+    warmup = record["settings"]["warmup"]
+    ratios, yardstick = [], []
+    for seed in range(seeds):
+        measure, truth = replayed_measure(record, seed)
+        settings = SearchSettings(iters_per_probe=iters_per_probe, warmup=warmup, candidates=tuple(truth))
+        result = run_threshold_bench(measure, settings, sweep=True, sweep_passes=sweep_passes, seed=seed)
+        ratios.append(result["extra"]["sweep_ratio"])
+        swept = {p["threshold"]: p["iter_s"] for p in result["sweep"]}
+        yardstick.append(swept[min(truth, key=lambda t: (truth[t], t))] / min(swept.values()))
+    return np.array(ratios), np.array(yardstick)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m geryon.bench.search_methods")
     parser.add_argument("--seeds", type=int, default=40)
@@ -102,8 +126,15 @@ def main(argv=None) -> int:
     parser.add_argument("--iters-per-probe", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--replay", nargs="*", help="RUN.json files of emulated benches (see above)")
+    parser.add_argument("--criterion", default=None,
+                        help="with --replay: bootstrap the done-criterion for these 'iterations per probe x "
+                             "sweep passes', e.g. 8x2,12x2")
+    parser.add_argument("--table", nargs="*", help="emulated RUN.json files: print the done-criterion table "
+                                                    "(one markdown row per run)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.table:
+        return _main_table(args.table)
     if args.replay:
         return _main_replay(args)
     cases = [(c.split("@")[0], float(c.split("@")[1]) * 1e9) for c in args.cases.split(",")]
@@ -130,6 +161,41 @@ def main(argv=None) -> int:
     return 0
 
 
+def criterion_row(record: dict) -> dict:
+    """One emulated run's done-criterion figures (see docs/threshold-search.md)."""
+    extra, settings = record["extra"], record["settings"]
+    switches = extra.get("switches") or []
+    loads = [s["loadavg"] for s in switches if s.get("loadavg") is not None]
+    return {"model": record["context"].get("model"), "chosen": record["chosen"], "sweep_best": extra.get("sweep_best"),
+            "sweep_ratio": extra.get("sweep_ratio"), "iteration_noise": extra.get("iteration_noise"),
+            "probes": extra.get("probes"), "iters_per_probe": settings["iters_per_probe"],
+            "sweep_passes": extra.get("sweep_passes"), "run_wait_share": extra.get("run_wait_share"),
+            "loadavg_median": float(np.median(loads)) if loads else None, "wall_s": extra.get("wall_s")}
+
+
+def _main_table(paths) -> int:
+    from geryon.categorize.runrecord import load_run
+
+    def fmt(value, spec):
+        return "" if value is None else format(value, spec)
+
+    def pct(value, spec):
+        return "" if value is None else format(100 * value, spec) + "%"
+
+    print("| run | model | chosen | sweep best | sweep_ratio | noise | probes (iterations) | run-queue wait "
+          "| load avg | time |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for path in paths:
+        row = criterion_row(load_run(path))
+        within = "" if row["sweep_ratio"] is None else (" within" if row["sweep_ratio"] <= 1.03 else " **miss**")
+        print(f"| {path} | {row['model']} | {row['chosen']:g} | {fmt(row['sweep_best'], 'g')} | "
+              f"{fmt(row['sweep_ratio'], '.3f')}{within} | {pct(row['iteration_noise'], '.1f')} | "
+              f"{row['probes']} ({row['iters_per_probe']}) | "
+              f"{pct(row['run_wait_share'], '.0f')} | "
+              f"{fmt(row['loadavg_median'], '.1f')} | {fmt(row['wall_s'], '.0f')} s |")
+    return 0
+
+
 def _main_replay(args) -> int:
     from geryon.categorize.runrecord import load_run
 
@@ -137,7 +203,20 @@ def _main_replay(args) -> int:
     rows = []
     for path in args.replay:
         record = load_run(path)
-        for name in names:
+        for shape in (args.criterion.split(",") if args.criterion else []):
+            length, passes = (int(x) for x in shape.lower().split("x"))
+            ratios, yardstick = evaluate_criterion(record, length, passes, args.seeds)
+            within = float((ratios <= 1.03).mean())
+            row = {"run": path, "model": record["context"].get("model"), "iters_per_probe": length,
+                   "sweep_passes": passes, "mean_sweep_ratio": float(ratios.mean()), "within_3pct": within,
+                   "three_of_three": within ** 3, "yardstick_beyond_3pct": float((yardstick > 1.03).mean())}
+            rows.append(row)
+            if not args.json:
+                print(f"{path}: {row['model']:9s} {length:2d} iterations x {passes} passes: sweep_ratio mean "
+                      f"{row['mean_sweep_ratio']:.3f}, within 3% {100 * within:3.0f}%, 3 of 3 "
+                      f"{100 * row['three_of_three']:3.0f}%; the recorded best misses its own sweep "
+                      f"{100 * row['yardstick_beyond_3pct']:3.0f}%", flush=True)
+        for name in (names if not args.criterion else []):
             ratios = np.array(evaluate_replay(record, METHODS[name], args.seeds))
             row = {"run": path, "model": record["context"].get("model"), "method": name,
                    "mean_pct": 100 * (ratios.mean() - 1), "p95_pct": 100 * (np.percentile(ratios, 95) - 1),

@@ -24,9 +24,10 @@ worker per direction), ResNet-50 10 Gbit/s per worker at time_scale 2 (100 Mbit/
 size_scale stays 1/100: smaller sizes make TCP start-up and per-frame overhead, not bandwidth, the
 cost; ResNet-50 runs at twice the profiled times because its 107 layers of ~1 ms replay with
 ~0.1 ms jitter each and the replay spins below 1 ms. Slices are 64 KiB (6.4 MB at paper scale).
-With the CLI's emulated defaults (8 iterations per probe, 2 warm-up) a run -- 10 search probes, the
-21-candidate sweep and the re-measured choice, 256 iterations and 32 switches -- takes about 2
-minutes for either model with 2 workers.
+With the CLI's emulated defaults (12 iterations per probe, 2 warm-up; 8 before, see below) and
+`--sweep-passes 2` a run -- 10 search probes, 2 passes over the 21 candidates and the coarse split,
+the re-measured choice: 660 iterations and 55 switches -- takes about 4-4.5 minutes for either model
+with 4 workers.
 
 Send order inside a class (`within_class`): "fifo" (default) gives every tensor urgency 0, so each
 class's send queue is first come first served and only the network's priority queues reorder
@@ -39,11 +40,14 @@ Iteration time: a worker's forward start to backward end, its forward blocked on
 switch the first iteration runs on parameters pulled before it (pure compute) and the second carries
 the first transfers on the new connections (TCP start-up; measured 5-10% slower than the rest), so
 the emulated backend discards 2 warm-up iterations per probe. The driver's per-iteration round trip
-(~1 ms) overlaps with the pulls. Per-iteration noise on the shared 2-core machine: the median
-deviation from a probe's median is 2-3.5% (`extra.iteration_noise`), which is why 8 iterations per
-probe (the search's advice for noisy clusters) and why `extra.sweep_ratio` (the sweep's own time at
-the chosen threshold over its best) is recorded next to `ratio` (a fresh re-measurement over the
-smallest of 21 noisy medians, biased low).
+(~1 ms) overlaps with the pulls. Per-iteration noise on the shared 2-core machine, 4 workers: the
+median deviation from a probe's median is 1.6-2.1% for VGG-19 (it follows the machine's load) and
+4.5-5.4% for ResNet-50 (whatever the load: 11-13% of its iterations are compute-only, their
+parameters having arrived before the forward pass), `extra.iteration_noise`; hence 12 iterations per
+probe, and `extra.sweep_ratio` (the sweep's own time at the chosen threshold over its best) next to
+`ratio` (a fresh re-measurement over the smallest of 21 noisy medians, biased low). Each worker's
+run-queue wait per iteration (`extra.worker_waits`, `run_wait_share`) and the load average at every
+switch say how much CPU contention went into a run (docs/threshold-search.md).
 
 Measured runs: docs/measurements.md.
 """
@@ -74,16 +78,26 @@ REPLY_TIMEOUT_S = 120.0
 # of ~1 ms replay with less relative jitter at twice the profiled times.
 PAPER_SETTINGS = {"vgg19": (20e9, 1.0), "resnet50": (10e9, 2.0)}
 DEFAULT_PAPER_SETTING = (20e9, 1.0)
+# Per model: the replay's busy-wait at the end of each layer (None: the replay's 1 ms). ResNet-50's
+# layers last ~1 ms at time_scale 2, so with 1 ms every replayed worker spins through its whole
+# compute: 4 workers demand ~2.6 cores of a 2-core machine, and the slowest worker's replay thread
+# waited for a CPU 45% of its iteration (schedstat, `run_wait_share`); 0.2 ms cut that to ~15%
+# (docs/threshold-search.md). Sleeping more is as precise: the replay's deadlines chain, so a late
+# wake-up is taken back from the next layer instead of adding up.
+SPIN_MARGINS = {"resnet50": 0.0002}
 
 
 def default_setup(model: str, workers: int = 2, servers: int = 1, bandwidth: float | None = None,
-                  time_scale: float | None = None, **fields) -> "EmulatedSetup":
+                  time_scale: float | None = None, spin_margin: float | None = None,
+                  **fields) -> "EmulatedSetup":
     """An EmulatedSetup with the model's per-worker paper bandwidth (port rate = it x workers / servers)."""
-    per_worker, model_time_scale = PAPER_SETTINGS.get(model.lower().replace("-", ""), DEFAULT_PAPER_SETTING)
+    key = model.lower().replace("-", "")
+    per_worker, model_time_scale = PAPER_SETTINGS.get(key, DEFAULT_PAPER_SETTING)
     if bandwidth is None:
         bandwidth = per_worker * max(1.0, workers / max(1, servers))
     return EmulatedSetup(model=model, workers=workers, servers=servers, bandwidth=bandwidth,
-                         time_scale=model_time_scale if time_scale is None else time_scale, **fields)
+                         time_scale=model_time_scale if time_scale is None else time_scale,
+                         spin_margin=SPIN_MARGINS.get(key) if spin_margin is None else spin_margin, **fields)
 
 
 @dataclass(frozen=True)
@@ -182,6 +196,7 @@ class ReplayedPSJob:
         self.switches: list[dict] = []
         self.checks: list[dict] = []      # one per drain: applied updates vs iterations
         self.worker_times: list[list[float]] = []
+        self.worker_waits: list[list[float | None]] = []   # per iteration: each worker's run-queue wait
         self.servers: list[RoleProcess] = []
         self.workers: list[RoleProcess] = []
         self._log_dir = tempfile.mkdtemp(prefix="gy-replay-")
@@ -223,6 +238,7 @@ class ReplayedPSJob:
         self.iterations += 1
         times = [reply["seconds"] for reply in replies]
         self.worker_times.append(times)
+        self.worker_waits.append([reply.get("run_wait_s") for reply in replies])
         return max(times)
 
     def switch(self, threshold: float) -> None:
@@ -245,7 +261,7 @@ class ReplayedPSJob:
         self.threshold = threshold
         self.switches.append({"iteration": self.iterations, "threshold": threshold,
                               "assignment_digest": expected,
-                              "switch_s": time.perf_counter() - started})
+                              "switch_s": time.perf_counter() - started, "loadavg": load_average()})
 
     def _drain(self) -> None:
         """Every update pushed so far is applied and pulled back; check it on every rank."""
@@ -267,6 +283,36 @@ class ReplayedPSJob:
         return {"drains": len(self.checks), "all_ok": all(c["ok"] for c in self.checks),
                 "final_applied": self.checks[-1]["applied"] if self.checks else None,
                 "iterations": self.iterations}
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average (other work sharing the cores), None if unreadable."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def contention_summary(worker_times, worker_waits) -> dict:
+    """How much of each iteration the workers spent waiting for a CPU (schedstat run-queue delay).
+
+    `run_wait_share`: median over iterations of (the slowest worker's replay-thread run-queue wait
+    / its iteration time); `run_wait_p90_share` the 90th percentile. On a cluster emulated on a few
+    shared cores this is the CPU contention inside the measurement: replayed compute that could
+    not run when it should have.
+    """
+    import numpy as np
+
+    shares = []
+    for times, waits in zip(worker_times, worker_waits):
+        if not times or any(w is None for w in waits):
+            continue
+        slowest = int(np.argmax(times))
+        if times[slowest] > 0:
+            shares.append(waits[slowest] / times[slowest])
+    if not shares:
+        return {}
+    return {"run_wait_share": float(np.median(shares)), "run_wait_p90_share": float(np.percentile(shares, 90))}
 
 
 def noise_summary(record: dict) -> dict:
@@ -320,6 +366,7 @@ def run_emulated_threshold_bench(setup: EmulatedSetup, settings=None, name: str 
     settings = settings or SearchSettings()
     profile = resolve_profile(setup.model, batch=setup.batch)
     started = time.perf_counter()
+    load_at_start = load_average()
     context = profile_context(profile, setup.metric, backend="emulated", bandwidth_bps=setup.bandwidth,
                               link_rate_bps=setup.link_rate, workers=setup.workers, servers=setup.servers,
                               emulation=asdict(setup), policy="geryon")
@@ -341,5 +388,8 @@ def run_emulated_threshold_bench(setup: EmulatedSetup, settings=None, name: str 
     extra["verification"] = job.verification()
     extra["switches"] = job.switches
     extra["worker_times"] = job.worker_times
+    extra["worker_waits"] = job.worker_waits
+    extra.update(contention_summary(job.worker_times, job.worker_waits))
+    extra["loadavg_start"], extra["loadavg_end"] = load_at_start, load_average()
     extra["wall_s"] = time.perf_counter() - started
     return record
