@@ -7,6 +7,7 @@ bytes; the launcher's credentials file is private (0600 in a 0700 directory) and
 
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -199,8 +200,10 @@ print("done")
 def _captured(netns: str, tmp_path: Path, name: str, credentials: Path | None) -> bytes:
     """Run a 2-rank allreduce inside `netns` while tcpdump records its loopback; the capture's bytes."""
     capture = tmp_path / f"{name}.pcap"
+    # -B 65536: a 64 MiB kernel buffer holds the whole run (~4 MiB), so a loaded machine that does not
+    # schedule tcpdump for a while drops nothing (with the default 2 MiB, CI lost half the tensor once)
     tcpdump = subprocess.Popen(["ip", "netns", "exec", netns, "tcpdump", "-i", "lo", "-s", "0", "-U", "-n",
-                                "-w", str(capture), "tcp"], stderr=subprocess.PIPE, text=True)
+                                "-B", "65536", "-w", str(capture), "tcp"], stderr=subprocess.PIPE, text=True)
     try:
         line = tcpdump.stderr.readline()             # "listening on lo ..." once it captures
         assert "listening" in line, line
@@ -214,7 +217,9 @@ def _captured(netns: str, tmp_path: Path, name: str, credentials: Path | None) -
         time.sleep(0.5)
     finally:
         tcpdump.send_signal(signal.SIGINT)
-        tcpdump.wait(timeout=10)
+        _, summary = tcpdump.communicate(timeout=10)
+    dropped = re.search(r"(\d+) packets? dropped by kernel", summary)
+    assert dropped and dropped.group(1) == "0", f"tcpdump lost packets, the capture proves nothing: {summary}"
     return capture.read_bytes()
 
 
