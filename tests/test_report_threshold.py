@@ -82,3 +82,11 @@ def test_three_class_report_is_a_heat_map_with_the_two_class_comparison(tmp_path
     for needle in ("3 classes", "chosen thresholds", "fitted iteration time over (t1, t2)",
                    "best two-class split on the surface", "| 1 |", "| 2 (low) |"):
         assert needle in text, needle
+
+
+def test_a_directory_given_as_the_record_path_gets_run_json_inside(run_json, tmp_path):
+    """`bench threshold --out DIR` once lost a 4-minute run to IsADirectoryError at the very end."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    written = write_run(folder, load_run(run_json))
+    assert written == folder / "RUN.json" and load_run(written)["chosen"] == load_run(run_json)["chosen"]

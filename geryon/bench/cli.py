@@ -80,7 +80,7 @@ def add_commands(commands, bench) -> None:
                                  help="iterations discarded at the start of a probe (default 1; emulated 2: "
                                       "the first runs on parameters pulled before the switch, the second "
                                       "is the first transfer on the new connections)")
-    bench_threshold.add_argument("--out", help="write the RUN.json record here")
+    bench_threshold.add_argument("--out", help="write the RUN.json record here (a file, or DIR/RUN.json)")
     bench_threshold.add_argument("--json", action="store_true", help="print the comparison as JSON")
     bench_threshold.set_defaults(func=_bench_threshold)
     transport.add_benches(bench)

@@ -40,9 +40,11 @@ REQUIRED = ("schema", "settings", "probes", "fit", "chosen")
 
 
 def write_run(path, record: dict) -> Path:
-    """Write a RUN.json record (validated first)."""
+    """Write a RUN.json record (validated first); `path` may be a directory: DIR/RUN.json then."""
     check_run(record, str(path))
     path = Path(path)
+    if path.is_dir():
+        path = path / "RUN.json"         # `--out DIR` as for the other benches: never lose a finished run
     path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return path
 
