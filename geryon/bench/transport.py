@@ -261,26 +261,22 @@ def _bench_two_hosts(args, size: int) -> None:
                                      f"0.0.0.0:{BASE_PORT}", "--sizes", size, "--policy", policy, *extra)),
                     ("h2", role_argv("ps-worker", "--rank", 0, "--workers", 1, "--servers", address, "--sizes",
                                      size, "--iters", args.iters, "--policy", policy, *extra))])
-                seconds = ps[1][-1]["seconds"]
-                goodput = size * 8 / seconds          # push and pull overlap, one per direction
-                _print(args, {"bench": "transport", "system": "ps" + suffix, "policy": policy, "bw": args.bw,
-                              "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
-                              "congestion": congestion, "baseline_dscp": dscp,
-                              "ratio_vs_iperf3": goodput / baseline,
-                              "ratio_vs_iperf3_bidir": goodput / both_ways,
-                              "cpu_s_per_gb": _per_gb(_cpu_seconds(ps), 2 * size * args.iters),
-                              **_versus_plain(plain, "ps", goodput, tls)})
+
+                def report(system: str, roles, seconds: float) -> None:
+                    # PS: push and pull overlap, one per direction; 2-rank ring: each direction carries it all
+                    goodput = size * 8 / seconds
+                    _print(args, {"bench": "transport", "system": system + suffix, "policy": policy,
+                                  "bw": args.bw, "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
+                                  "congestion": congestion, "baseline_dscp": dscp,
+                                  "ratio_vs_iperf3": goodput / baseline,
+                                  "ratio_vs_iperf3_bidir": goodput / both_ways,
+                                  "cpu_s_per_gb": _per_gb(_cpu_seconds(roles), 2 * size * args.iters),
+                                  **_versus_plain(plain, system, goodput, tls)})
+
+                report("ps", ps, ps[1][-1]["seconds"])
                 ring = run_roles(cluster, ring_placements(cluster, ["h1", "h2"], 2, "--sizes", size, "--iters",
                                                           args.iters, "--policy", policy, *extra))
-                seconds = _median(_iteration_seconds(ring))
-                goodput = size * 8 / seconds          # 2 ranks: each direction carries the whole size
-                _print(args, {"bench": "transport", "system": "allreduce" + suffix, "policy": policy, "bw": args.bw,
-                              "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
-                              "congestion": congestion, "baseline_dscp": dscp,
-                              "ratio_vs_iperf3": goodput / baseline,
-                              "ratio_vs_iperf3_bidir": goodput / both_ways,
-                              "cpu_s_per_gb": _per_gb(_cpu_seconds(ring), 2 * size * args.iters),
-                              **_versus_plain(plain, "allreduce", goodput, tls)})
+                report("allreduce", ring, _median(_iteration_seconds(ring)))
 
 
 def _workers(text: str) -> list[int]:

@@ -17,43 +17,44 @@ import torch
 GRAIN = 32768   # at::internal::GRAIN_SIZE: ops on at most this many elements stay on the calling thread
 
 
+def _pieces(total: int):
+    """Slices of at most GRAIN elements covering 0..total."""
+    return (slice(start, start + GRAIN) for start in range(0, total, GRAIN))
+
+
 def add_(target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
     """`target += source` (both flat, same length), piece by piece."""
-    total = target.numel()
-    if total <= GRAIN:
+    if target.numel() <= GRAIN:
         return target.add_(source)
-    for start in range(0, total, GRAIN):
-        target[start:start + GRAIN].add_(source[start:start + GRAIN])
+    for piece in _pieces(target.numel()):
+        target[piece].add_(source[piece])
     return target
 
 
 def div_(target: torch.Tensor, divisor) -> torch.Tensor:
     """`target /= divisor` (flat), piece by piece."""
-    total = target.numel()
-    if total <= GRAIN:
+    if target.numel() <= GRAIN:
         return target.div_(divisor)
-    for start in range(0, total, GRAIN):
-        target[start:start + GRAIN].div_(divisor)
+    for piece in _pieces(target.numel()):
+        target[piece].div_(divisor)
     return target
 
 
 def copy_(target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
     """`target[:] = source` (both flat, same length), piece by piece."""
-    total = target.numel()
-    if total <= GRAIN:
+    if target.numel() <= GRAIN:
         return target.copy_(source)
-    for start in range(0, total, GRAIN):
-        target[start:start + GRAIN].copy_(source[start:start + GRAIN])
+    for piece in _pieces(target.numel()):
+        target[piece].copy_(source[piece])
     return target
 
 
 def mean_(out: torch.Tensor, sources: list[torch.Tensor]) -> torch.Tensor:
     """`out = ((sources[0] + sources[1]) + ...) / len(sources)` (flat), piece by piece, in that order."""
-    total = out.numel()
-    for start in range(0, total, GRAIN):
-        piece = out[start:start + GRAIN]
-        piece.copy_(sources[0][start:start + GRAIN])
+    for piece in _pieces(out.numel()):
+        part = out[piece]
+        part.copy_(sources[0][piece])
         for other in sources[1:]:
-            piece.add_(other[start:start + GRAIN])
-        piece.div_(len(sources))
+            part.add_(other[piece])
+        part.div_(len(sources))
     return out
