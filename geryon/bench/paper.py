@@ -92,6 +92,9 @@ def parse_params(text: str) -> int:
     return value
 
 
+PULL_MODES = ("ahead", "end")
+
+
 @dataclass(frozen=True)
 class PaperSettings:
     models: tuple[str, ...] = ("vgg19",)
@@ -123,6 +126,7 @@ class PaperSettings:
     compute_iterations: int = 3
     control_rate: int = NOLIMIT_RATE
     nice: int = 0
+    pull: str = "ahead"                     # "ahead": pull asked with the first push; "end": after the last
 
     def __post_init__(self):
         for link in self.links:
@@ -132,6 +136,8 @@ class PaperSettings:
             raise ConfigError("need repetitions >= 1, iterations >= 1 and warmup >= 0")
         for name in self.policies:
             policy_transport(name, {})
+        if self.pull not in PULL_MODES:
+            raise ConfigError(f"pull {self.pull!r}: choose {' or '.join(PULL_MODES)}")
         for congestion in self.congestions:
             if congestion not in ("bbr", "cubic", "reno", "system"):
                 raise ConfigError(f"congestion {congestion!r}: choose bbr, cubic, reno or system")
@@ -189,7 +195,8 @@ class PaperBench:
         scale = PaperScale(self.compute_scale or s.calibration_start, s.size_scale, s.wall_scale)
         spec = JobSpec(model=model, workers=s.workers, layout=s.layout, batch=s.batch,
                        time_scale=scale.replay_time_scale, size_scale=s.size_scale,
-                       spin_margin=s.spin_margin, threshold=s.threshold, nice=s.nice)
+                       spin_margin=s.spin_margin, threshold=s.threshold, nice=s.nice,
+                       pull_ahead=s.pull == "ahead")
         name = "p" + uuid.uuid4().hex[:5]
         self.say(f"{model}: cluster {name}, {spec.hosts} hosts ({s.layout}), starting "
                  f"{2 * s.workers} role processes")
