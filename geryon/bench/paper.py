@@ -93,6 +93,9 @@ def parse_params(text: str) -> int:
 
 
 PULL_MODES = ("ahead", "end")
+# the less urgent class's transport threads run this much nicer: the control row's iteration-boundary
+# chain waited for CPU behind the FC parameters' threads (docs/paper-table.md, fourth session)
+CLASS_THREAD_NICE = 10
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,8 @@ class PaperSettings:
     compute_iterations: int = 3
     control_rate: int = NOLIMIT_RATE
     nice: int = 0
-    pull: str = "ahead"                     # "ahead": pull asked with the first push; "end": after the last
+    pull: str = "end"                       # "end": pull asked after the last push; "ahead": with the first
+    class_thread_nice: int = CLASS_THREAD_NICE   # TransportConfig.class_thread_nice of the roles
 
     def __post_init__(self):
         for link in self.links:
@@ -196,7 +200,7 @@ class PaperBench:
         spec = JobSpec(model=model, workers=s.workers, layout=s.layout, batch=s.batch,
                        time_scale=scale.replay_time_scale, size_scale=s.size_scale,
                        spin_margin=s.spin_margin, threshold=s.threshold, nice=s.nice,
-                       pull_ahead=s.pull == "ahead")
+                       pull_ahead=s.pull == "ahead", class_thread_nice=s.class_thread_nice)
         name = "p" + uuid.uuid4().hex[:5]
         self.say(f"{model}: cluster {name}, {spec.hosts} hosts ({s.layout}), starting "
                  f"{2 * s.workers} role processes")

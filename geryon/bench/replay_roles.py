@@ -123,7 +123,8 @@ def _config(args, overrides: dict | None = None, tracer=None) -> TransportConfig
                            slice_bytes=int(settings["slice_bytes"]), timeout=args.timeout,
                            tcp_congestion=settings["congestion"] or None,
                            notsent_lowat=settings["notsent_lowat"] or None,
-                           placement=settings["placement"], tracer=tracer)
+                           placement=settings["placement"], tracer=tracer,
+                           class_thread_nice=args.class_thread_nice)
 
 
 def _check_overrides(overrides: dict | None) -> dict:
@@ -161,13 +162,14 @@ def _priorities(ranking, threshold: float, args, overrides: dict | None = None):
 class LayerwisePSWorker(PSWorker):
     """A PSWorker pushed one tensor at a time (`push_tensor`, as each layer's backward ends).
 
-    pull_ahead=False: the pull of the next version is asked for once every gradient is pushed
-    (geryon.runtime's PS mode, which must wait for the optimizer's STEP settings). pull_ahead=True:
-    it is asked for with the iteration's first push, so each server answers every shard the moment
-    its update is made -- the FC layers' parameters come back while the backward pass still runs,
-    as in MXNet's KVStore (the paper's testbed), where the pull of each key follows its push.
-    Safe here: a shard's next version needs this worker's own push of it, so it can only land after
-    that layer's backward is done, and the forward pass before it waited for every parameter.
+    pull_ahead=False: the pull of the next version is asked for once every gradient is pushed, as
+    the paper's TensorFlow PS reads every variable at the next step's start and as geryon.runtime's
+    PS mode does (it must wait for the optimizer's STEP settings). pull_ahead=True: it is asked for
+    with the iteration's first push, so each server answers every shard the moment its update is
+    made -- the FC layers' parameters come back while the backward pass still runs, as with MXNet
+    KVStore's or BytePS's per-key pull. Safe here: a shard's next version needs this worker's own
+    push of it, so it can only land after that layer's backward is done, and the forward pass
+    before it waited for every parameter.
     """
 
     pull_ahead = False
@@ -377,6 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--congestion", default="", help="TCP congestion control (default: the system's)")
     parser.add_argument("--async-push", action="store_true",
                         help="push hooks overlap the next layers' compute (GPU-like) instead of delaying them")
+    parser.add_argument("--class-thread-nice", type=int, default=0,
+                        help="niceness added per class index to the flows' threads (TransportConfig)")
     parser.add_argument("--pull-ahead", action="store_true",
                         help="ask for the next parameters with the iteration's first push, not after the last")
     parser.add_argument("--job", type=int, default=4)

@@ -53,7 +53,7 @@ def add_commands(commands, bench) -> None:
     parser.add_argument("--latency-ms", type=float, default=0.0, help="per-frame delivery latency")
     parser.add_argument("--pull", choices=("end", "ahead"), default="end",
                         help="when a worker asks for the next parameters: after its last push (end, "
-                             "default) or with its first (ahead, bench paper's default); --compare "
+                             "default, as bench paper) or with its first (ahead); --compare "
                              "takes each file's own")
     parser.add_argument("--compare", metavar="JSON", help="validate against bench paper rows")
     parser.add_argument("--curve", action="store_true", help="potential speedup vs bandwidth (VGG-19)")

@@ -4,7 +4,7 @@ Each worker runs:
     forward  layer l = 0..L-1 starts when layer l-1 is done and every slice of layer l is pulled;
     backward layers L-1..0 back to back; a layer's slices enter the push queues when its backward
              ends; the pull of the next version is requested when the backward pass ends
-             (`pull_ahead`: with the first push, as bench paper's replayed workers do by default).
+             (`pull_ahead`: with the first push, bench paper's --pull ahead).
 A server updates a slice when every worker's push of it has arrived (+ `aggregation_s`) and sends
 it to a worker once updated and asked for (slices already updated go in plan order, as
 ParameterServer.control sends them). A worker on the server's own host (colocated layout) moves

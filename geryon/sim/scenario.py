@@ -56,7 +56,7 @@ class SimSetting:
     latency_s: float = 0.0         # per-frame delivery latency (processing at both ends)
     within_class: str = "urgency"  # endhost/geryon send order inside a class: urgency or fifo
     queues: QueueTable | None = None   # TCP's standing queues at the ports (queues.py), paper bytes
-    pull_ahead: bool = False       # the next pull asked with the first push (bench paper's default)
+    pull_ahead: bool = False       # the next pull asked with the first push (bench paper --pull ahead)
 
     def __post_init__(self):
         if not 1 <= self.workers <= MAX_WORKERS:
