@@ -356,7 +356,7 @@ def cluster_name() -> str:
 
 
 def run_emulated_threshold_bench(setup: EmulatedSetup, settings=None, name: str | None = None,
-                                 sweep_passes: int = 3, seed: int = 0) -> dict:
+                                 sweep_passes: int = 3, seed: int = 0, race=None) -> dict:
     """Search, sweep and re-measure on a fresh emulated cluster; return the RUN.json record."""
     from geryon.bench.sweep import coarse_threshold, profile_context, run_threshold_bench
     from geryon.categorize.profiles import resolve_profile
@@ -378,7 +378,7 @@ def run_emulated_threshold_bench(setup: EmulatedSetup, settings=None, name: str 
         try:
             job.start()
             record = run_threshold_bench(job.measure_iteration, settings, context, sweep=True,
-                                         sweep_passes=sweep_passes, seed=seed,
+                                         sweep_passes=sweep_passes, seed=seed, race=race,
                                          references={"coarse": coarse_threshold(profile, setup.metric)})
             job.finish()
         finally:
