@@ -9,11 +9,11 @@ iterations inside a probe are not independent (a burst of load from elsewhere sl
 workers' phase carries over from one iteration to the next), so the intervals resample whole
 probes, not single iterations.
 
-Statistics (`STATISTICS`): "median" (the sweep's before; robust, but on ResNet-50's two-mode
-iterations it wastes data: standard error 1.6% at 100 iterations where the mean has 1.1%),
-"mean" (training's throughput; a GC pause or a load burst moves it), and "trimmed" (the mean of
-the middle 80%: within ~10% of the mean's precision on those iterations, and a few outliers at
-either end do not move it). docs/threshold-search.md has the measurements.
+Statistics (`STATISTICS`): "median" (the sweep's before; robust, but on ResNet-50's iterations,
+a mix of compute-only and network-bound ones, it wastes data: standard error 1.6% over 100
+iterations in probes of 10 where the mean has 1.1%), "mean" (training's throughput; a GC pause or
+a load burst moves it), and "trimmed" (the mean of the middle 80%: 1.25% there, and a few
+outliers at either end do not move it). docs/threshold-search.md has the measurements.
 """
 
 from __future__ import annotations
