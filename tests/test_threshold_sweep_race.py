@@ -61,7 +61,7 @@ def test_contenders_are_the_nearest_to_the_best_and_the_choice():
         SweepRace(statistic="mode")
 
 
-def test_race_measures_the_contenders_more_and_reports_the_ratio_interval():
+def test_race_measures_the_contenders_more_and_reports_the_ratio_interval(tmp_path):
     profile = resolve_profile("resnet50")
     settings = SearchSettings(iters_per_probe=6, warmup=1)
     calls = []
@@ -88,6 +88,14 @@ def test_race_measures_the_contenders_more_and_reports_the_ratio_interval():
     assert 0 <= extra["sweep_within_share"] <= 1
     # search + 2 passes over the 21 candidates + race + the re-measured choice
     assert len(calls) == settings.iters_per_probe * (10 + 2 * 21 + 5 * len(contenders) + 1)
+    # the record stays valid RUN.json and its report gives the interval
+    from geryon.categorize.report import summarize_threshold_run
+    from geryon.categorize.runrecord import load_run, write_run
+
+    path = write_run(tmp_path / "RUN.json", record)
+    text = summarize_threshold_run(load_run(path))
+    assert f"race over {len(contenders)} contenders (5 more passes, trimmed)" in text
+    assert f"[{extra['sweep_ratio_low']:.3f}, {extra['sweep_ratio_high']:.3f}]" in text
 
 
 def test_without_a_race_the_sweep_is_as_before():
