@@ -107,3 +107,24 @@ def test_without_a_race_the_sweep_is_as_before():
     for point in record["sweep"]:
         kept = [t for start in range(0, len(point["times"]), 5) for t in point["times"][start + 1:start + 5]]
         assert point["iter_s"] == pytest.approx(float(np.median(kept)))
+
+
+def test_phase_summary_finds_compute_only_iterations_after_a_spread():
+    from geryon.bench.threshold_phase import summarize
+
+    rows, clock = [], 0.0
+    for index in range(40):
+        fast = index % 5 == 0                     # every fifth iteration the parameters were all there
+        blocked = 0.005 if fast else 0.09
+        spread = 0.06 if index % 5 == 4 else 0.005    # ... after an iteration whose workers ended apart
+        workers = [{"start": clock, "seconds": 0.225 + blocked - spread * (rank / 3), "blocked_s": blocked}
+                   for rank in range(4)]
+        rows.append({"sent": clock, "received": clock + 0.33, "workers": workers})
+        clock += 0.225 + blocked + 0.0015
+    summary = summarize({"rows": rows})
+    assert summary["compute_only_share"] == pytest.approx(7 / 37)
+    assert summary["compute_s"] == pytest.approx(0.225)
+    assert summary["driver_gap_s"] == pytest.approx(0.0015)
+    assert summary["corr_end_spread_next_iteration"] < -0.9
+    free = summarize({"free_running": True, "rows": rows})
+    assert free["mean_s"] == pytest.approx(summary["mean_s"] + 0.0015, rel=0.01)

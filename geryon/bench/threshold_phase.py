@@ -20,8 +20,12 @@ import time
 from dataclasses import asdict
 
 
-def measure(model: str, workers: int, threshold: float, iterations: int, congestion: str = "") -> dict:
-    """Run `iterations` steps at `threshold`; every step's driver and worker timestamps."""
+def measure(model: str, workers: int, threshold: float, iterations: int, congestion: str = "",
+            free_running: bool = False) -> dict:
+    """Run `iterations` steps at `threshold`; every step's driver and worker timestamps.
+
+    free_running: the workers run all their iterations back to back (`run`), without the
+    driver's barrier between iterations, as in training; rows then have no driver times."""
     from geryon.bench.threshold import ReplayedPSJob, _gather, cluster_name, default_setup
     from geryon.categorize.profiles import resolve_profile
     from geryon.emulate import EmulatedCluster
@@ -36,7 +40,13 @@ def measure(model: str, workers: int, threshold: float, iterations: int, congest
         try:
             job.start()
             job.switch(threshold)
-            for _ in range(iterations):
+            if free_running:
+                runs = _gather(job.workers, "run", iterations=iterations)
+                for index in range(iterations):
+                    rows.append({"workers": [{key: run["steps"][index].get(key)
+                                              for key in ("start", "seconds", "blocked_s")} for run in runs]})
+                job.iterations += iterations
+            for _ in range(0 if free_running else iterations):
                 sent = time.time()
                 replies = _gather(job.workers, "step")
                 rows.append({"sent": sent, "received": time.time(),
@@ -46,7 +56,7 @@ def measure(model: str, workers: int, threshold: float, iterations: int, congest
             job.finish()
         finally:
             job.stop()
-    return {"setup": asdict(setup), "threshold": threshold, "rows": rows}
+    return {"setup": asdict(setup), "threshold": threshold, "free_running": free_running, "rows": rows}
 
 
 def summarize(data: dict, skip: int = 3, fast_s: float | None = None) -> dict:
@@ -55,6 +65,10 @@ def summarize(data: dict, skip: int = 3, fast_s: float | None = None) -> dict:
 
     rows = data["rows"]
     slowest = np.array([max(w["seconds"] for w in row["workers"]) for row in rows])
+    if data.get("free_running"):
+        # no barrier: an iteration lasts from one start to the next (the period), the slowest worker's
+        period = np.diff(np.array([[w["start"] for w in row["workers"]] for row in rows]), axis=0).max(1)
+        slowest = np.append(period, period[-1:]) if len(period) else slowest
     ends = np.array([[w["start"] + w["seconds"] for w in row["workers"]] for row in rows])
     starts = np.array([[w["start"] for w in row["workers"]] for row in rows])
     blocked = np.array([[w["blocked_s"] for w in row["workers"]] for row in rows])
@@ -79,6 +93,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threshold", type=float, default=0.7)
     parser.add_argument("--iterations", type=int, default=150)
     parser.add_argument("--congestion", default="", help="TCP congestion control (default: the system's)")
+    parser.add_argument("--free-running", action="store_true",
+                        help="workers run back to back, no driver barrier between iterations")
     parser.add_argument("--out", help="write every step's timing here (JSON)")
     parser.add_argument("--summarize", metavar="JSON", help="only summarize a file written by --out")
     args = parser.parse_args(argv)
@@ -86,7 +102,8 @@ def main(argv=None) -> int:
         with open(args.summarize) as handle:
             data = json.load(handle)
     else:
-        data = measure(args.model, args.workers, args.threshold, args.iterations, args.congestion)
+        data = measure(args.model, args.workers, args.threshold, args.iterations, args.congestion,
+                       args.free_running)
         if args.out:
             with open(args.out, "w") as handle:
                 json.dump(data, handle)
