@@ -66,15 +66,16 @@ def summarize(data: dict, skip: int = 3, fast_s: float | None = None) -> dict:
     rows = data["rows"]
     slowest = np.array([max(w["seconds"] for w in row["workers"]) for row in rows])
     if data.get("free_running"):
-        # no barrier: an iteration lasts from one start to the next (the period), the slowest worker's
-        period = np.diff(np.array([[w["start"] for w in row["workers"]] for row in rows]), axis=0).max(1)
+        # no barrier: an iteration lasts from one start to the next (the period), as rank 0 logs it
+        period = np.diff(np.array([row["workers"][0]["start"] for row in rows]))
         slowest = np.append(period, period[-1:]) if len(period) else slowest
     ends = np.array([[w["start"] + w["seconds"] for w in row["workers"]] for row in rows])
     starts = np.array([[w["start"] for w in row["workers"]] for row in rows])
     blocked = np.array([[w["blocked_s"] for w in row["workers"]] for row in rows])
     spread = ends.max(1) - ends.min(1)
     kept = slowest[skip:]
-    compute = float(np.median((slowest - blocked.max(1))[skip:]))
+    seconds = np.array([[w["seconds"] for w in row["workers"]] for row in rows])
+    compute = float(np.median((seconds - blocked).max(1)[skip:]))   # replayed compute, no waiting
     fast_s = fast_s if fast_s is not None else compute * 1.2
     gaps = starts[1:].min(1) - ends[:-1].max(1)
     return {"iterations": len(kept), "mean_s": float(kept.mean()), "median_s": float(np.median(kept)),
