@@ -11,7 +11,7 @@ from geryon.transport.config import TransportConfig
 from geryon.transport.ps import ParameterServer, PSWorker
 
 
-def run_ps(workers, servers, params, config, priorities, work, **sgd):
+def run_ps(workers, servers, params, config, priorities, work, worker_class=PSWorker, **sgd):
     """Start `servers` servers and `workers` worker threads running work(rank, worker)."""
     started = [ParameterServer(s, servers, workers, params, config, ("127.0.0.1", 0), priorities, **sgd)
                for s in range(servers)]
@@ -21,7 +21,7 @@ def run_ps(workers, servers, params, config, priorities, work, **sgd):
     def run(rank):
         try:
             local = [p.detach().clone() for p in params]
-            with PSWorker(rank, workers, addresses, local, config, priorities) as worker:
+            with worker_class(rank, workers, addresses, local, config, priorities) as worker:
                 results[rank] = work(rank, worker, local)
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
@@ -173,3 +173,37 @@ def test_a_pull_racing_a_class_flows_registration_still_gets_its_parameters(monk
     for got in run_ps(2, 1, params, config, [0, 1], work, lr=1.0):
         assert torch.equal(got[0], torch.full((5,), -1.5)) and torch.equal(got[1], torch.full((3001,), -1.5))
     assert time.monotonic() - started < 15, "a parameter waited for the transport timeout"
+
+
+@pytest.mark.parametrize("policy", ["vanilla", "geryon"])
+def test_a_pull_asked_before_the_pushes_is_answered_as_each_update_is_made(policy):
+    """bench paper's `--pull ahead`: a worker asks for version i + 1 with its first push of iteration
+    i (LayerwisePSWorker); every server answers each shard once its update is made, and training is
+    exactly what pulling after the last push gives."""
+    from geryon.bench.replay_roles import LayerwisePSWorker
+
+    workers, sizes, iterations = 3, (5, 3001, 700), 3
+    config = TransportConfig(secret="t", policy=policy, slice_bytes=1024, timeout=20)
+    params = [torch.zeros(n) for n in sizes]
+    torch.manual_seed(3)
+    grads = [[[torch.randn(n) for n in sizes] for _ in range(workers)] for _ in range(iterations)]
+
+    def train(ahead):
+        def work(rank, worker, local):
+            worker.pull_ahead = ahead
+            for i in range(iterations):
+                worker.wait_all()
+                for tensor in reversed(range(len(sizes))):     # backward order, as the replay pushes
+                    worker.push_tensor(tensor, grads[i][rank][tensor])
+                    if ahead:
+                        assert worker.pull_iteration == i + 1   # asked with the first push
+                worker.next_iteration()
+                assert worker.iteration == worker.pull_iteration == i + 1
+            worker.wait_all()
+            return [t.clone() for t in local]
+        return run_ps(workers, 2, params, config, [0, 1, 1], work, worker_class=LayerwisePSWorker,
+                      lr=0.5, momentum=0.9)
+
+    for ahead, end in zip(train(True), train(False)):
+        for got, want in zip(ahead, end):
+            assert torch.equal(got, want)

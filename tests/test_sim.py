@@ -262,3 +262,23 @@ def test_compare_replays_bench_paper_variants():
     assert variant("geryon+urgency") == ("geryon", {"within_class": "urgency"})
     assert variant("endhost+bytes+fifo") == ("endhost", {"placement": "bytes", "within_class": "fifo"})
     assert variant("geryon+threshold") == (None, {}) and variant("control-nolimit") == (None, {})
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_pulling_ahead_returns_the_fc_parameters_during_the_backward_pass(exact):
+    """`pull_ahead` (bench paper's --pull ahead): the big dense layer, pushed first, comes back while
+    the conv layer's backward still runs, so less of its pull is exposed after the backward ends."""
+    prof = profile([("c1", "Conv2D", 10, 30, 1000), ("d1", "Dense", 1, 10, 20_000_000)])
+    fabric = build_fabric(2, 2, "colocated", 8 * GBIT)      # 1 GB/s: d1 is 20 ms each way
+    workload = build_workload(prof, "vanilla", 2, 1 << 30)
+
+    def iteration(ahead):
+        return PSJob(workload, fabric, [0.010, 0.001], [0.030, 0.010], exact=exact,
+                     pull_ahead=ahead).run(4).iteration_s()
+
+    end, ahead = iteration(False), iteration(True)
+    # end: d1 is pulled only after the backward (41 ms); its 20 ms outlast c1's 10 ms forward by 10
+    assert end == pytest.approx(0.051 + 0.010, rel=1e-3)
+    # ahead: d1 is pushed 10 ms into the backward, updated at 30 ms, back at 50 ms: before the
+    # forward needs it (41 + 10 ms), so the iteration is its compute
+    assert ahead == pytest.approx(0.051, rel=1e-3)

@@ -45,3 +45,29 @@ def test_close_with_connected_peer_leaves_no_accept_thread():
         dialer.close()
         listener.close()
     assert _accept_threads(7311) == []
+
+
+def test_less_urgent_classes_run_their_threads_nicer():
+    """class_thread_nice: the threads of flow index c run c x N nicer than the process; flow 0's keep
+    the process's niceness (CPU goes to the urgent class first where the CPU is contended)."""
+    import os
+    import time
+
+    config = TransportConfig(secret="flows-test", timeout=5.0, policy="geryon", class_dscp=(46, 10, 0),
+                             class_thread_nice=3)
+    listener = FlowPool(7321, config, _NoFrames(), listen=("127.0.0.1", 0))
+    dialer = FlowPool(7322, config, _NoFrames(), listen=None)
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        dialer.connect(7321, ("127.0.0.1", listener.port))
+        listener.wait_connected([7322])
+        time.sleep(0.2)                       # the flows' threads set their niceness as they start
+        nice = {}
+        for thread in threading.enumerate():
+            if thread.name.startswith(("gy-send-", "gy-recv-")) and thread.native_id:
+                flow = int(thread.name.rsplit("flow ", 1)[1].rstrip(")"))
+                nice.setdefault(flow, set()).add(os.getpriority(os.PRIO_PROCESS, thread.native_id))
+    finally:
+        dialer.close()
+        listener.close()
+    assert nice == {0: {base}, 1: {min(19, base + 3)}, 2: {min(19, base + 6)}}

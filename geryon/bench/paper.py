@@ -92,6 +92,12 @@ def parse_params(text: str) -> int:
     return value
 
 
+PULL_MODES = ("ahead", "end")
+# the less urgent class's transport threads run this much nicer: the control row's iteration-boundary
+# chain waited for CPU behind the FC parameters' threads (docs/paper-table.md, fourth session)
+CLASS_THREAD_NICE = 10
+
+
 @dataclass(frozen=True)
 class PaperSettings:
     models: tuple[str, ...] = ("vgg19",)
@@ -123,6 +129,8 @@ class PaperSettings:
     compute_iterations: int = 3
     control_rate: int = NOLIMIT_RATE
     nice: int = 0
+    pull: str = "end"                       # "end": pull asked after the last push; "ahead": with the first
+    class_thread_nice: int = CLASS_THREAD_NICE   # TransportConfig.class_thread_nice of the roles
 
     def __post_init__(self):
         for link in self.links:
@@ -132,6 +140,8 @@ class PaperSettings:
             raise ConfigError("need repetitions >= 1, iterations >= 1 and warmup >= 0")
         for name in self.policies:
             policy_transport(name, {})
+        if self.pull not in PULL_MODES:
+            raise ConfigError(f"pull {self.pull!r}: choose {' or '.join(PULL_MODES)}")
         for congestion in self.congestions:
             if congestion not in ("bbr", "cubic", "reno", "system"):
                 raise ConfigError(f"congestion {congestion!r}: choose bbr, cubic, reno or system")
@@ -189,7 +199,8 @@ class PaperBench:
         scale = PaperScale(self.compute_scale or s.calibration_start, s.size_scale, s.wall_scale)
         spec = JobSpec(model=model, workers=s.workers, layout=s.layout, batch=s.batch,
                        time_scale=scale.replay_time_scale, size_scale=s.size_scale,
-                       spin_margin=s.spin_margin, threshold=s.threshold, nice=s.nice)
+                       spin_margin=s.spin_margin, threshold=s.threshold, nice=s.nice,
+                       pull_ahead=s.pull == "ahead", class_thread_nice=s.class_thread_nice)
         name = "p" + uuid.uuid4().hex[:5]
         self.say(f"{model}: cluster {name}, {spec.hosts} hosts ({s.layout}), starting "
                  f"{2 * s.workers} role processes")

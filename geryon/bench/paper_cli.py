@@ -52,6 +52,15 @@ def add_commands(commands, bench) -> None:
                        help="niceness of the role processes (e.g. -10: ahead of other load on a shared machine)")
     paper.add_argument("--control-rate", default="10gbit",
                        help="port rate of the control row (default 10gbit: HTB never binds, the CPU does)")
+    paper.add_argument("--pull", choices=("end", "ahead"), default="end",
+                       help="when a worker asks for the next parameters: after its last push (end, the "
+                            "default: the paper's TensorFlow PS reads every variable at the next step's "
+                            "start, and geryon's runtime pulls after optimizer.step()) or with its first "
+                            "push (ahead: MXNet KVStore / BytePS's per-key pull, each shard answered once "
+                            "updated)")
+    paper.add_argument("--class-thread-nice", type=int, default=None,
+                       help="niceness added per class index to the transport threads of every role "
+                            "(TransportConfig.class_thread_nice; default 10, 0 = off)")
     paper.add_argument("--timeline", metavar="DIR", help="write a Chrome trace per (model, link, policy) here")
     paper.add_argument("--json", action="store_true", help="one JSON object per row on stdout")
     paper.add_argument("--out", metavar="DIR", help="write paper.json, paper.md and paper.png here")
@@ -87,7 +96,9 @@ def settings_from_args(args):
                          slice_table=table, control=not args.no_control, priority=priority,
                          threshold=threshold, placement=args.placement, notsent_lowat=args.notsent_lowat,
                          timeline=args.timeline, control_rate=parse_rate(args.control_rate),
-                         nice=args.nice)
+                         nice=args.nice, pull=args.pull,
+                         **({} if args.class_thread_nice is None else
+                            {"class_thread_nice": args.class_thread_nice}))
 
 
 def _bench_paper(args) -> int:

@@ -49,6 +49,8 @@ class JobSpec:
     timeout: float = 120.0
     threshold: float = 0.5           # used only when priority is "threshold"
     async_push: bool = True          # push hooks overlap compute (a GPU's async backward)
+    pull_ahead: bool = False         # pull asked with the first push (MXNet KVStore's per-key pull)
+    class_thread_nice: int = 0       # TransportConfig.class_thread_nice of every role
     nice: int = 0                    # scheduling niceness of the role processes (negative: ahead of others)
 
     def __post_init__(self):
@@ -65,7 +67,9 @@ class JobSpec:
         return ["--workers", self.workers, "--servers", self.workers, "--model", self.model,
                 "--batch", self.batch, "--time-scale", self.time_scale, "--size-scale", self.size_scale,
                 "--timeout", self.timeout, "--spin-margin", self.spin_margin,
-                *(["--async-push"] if self.async_push else [])]
+                *(["--async-push"] if self.async_push else []),
+                "--class-thread-nice", self.class_thread_nice,
+                *(["--pull-ahead"] if self.pull_ahead else [])]
 
 
 class PaperJob:

@@ -10,7 +10,8 @@ Each reads one JSON command per line on stdin and answers one JSON line on stdou
 A worker is a `ReplayedModel` (profiled per-layer compute, real tensors of the profiled sizes times
 `--size-scale`) on a `PSWorker`: layer l's forward waits for layer l's pulled parameter
 (`wait_param`), layer l's gradient is pushed as soon as its backward is done, and the pull of the
-next version is requested when the backward pass ends. Commands:
+next version is requested when the backward pass ends (`--pull-ahead`: with its first push, so each
+server answers a shard as soon as its update is made). Commands:
     connect {threshold, servers: [[ip, port], ...]}  join the servers with the classes of
              threshold_split(ranking, [threshold]); answers the assignment digest
     step     one iteration; answers its seconds (forward start to backward end), the time
@@ -122,7 +123,8 @@ def _config(args, overrides: dict | None = None, tracer=None) -> TransportConfig
                            slice_bytes=int(settings["slice_bytes"]), timeout=args.timeout,
                            tcp_congestion=settings["congestion"] or None,
                            notsent_lowat=settings["notsent_lowat"] or None,
-                           placement=settings["placement"], tracer=tracer)
+                           placement=settings["placement"], tracer=tracer,
+                           class_thread_nice=args.class_thread_nice)
 
 
 def _check_overrides(overrides: dict | None) -> dict:
@@ -158,12 +160,31 @@ def _priorities(ranking, threshold: float, args, overrides: dict | None = None):
 
 
 class LayerwisePSWorker(PSWorker):
-    """A PSWorker pushed one tensor at a time (`push_tensor`, as each layer's backward ends)."""
+    """A PSWorker pushed one tensor at a time (`push_tensor`, as each layer's backward ends).
+
+    pull_ahead=False: the pull of the next version is asked for once every gradient is pushed, as
+    the paper's TensorFlow PS reads every variable at the next step's start and as geryon.runtime's
+    PS mode does (it must wait for the optimizer's STEP settings). pull_ahead=True: it is asked for
+    with the iteration's first push, so each server answers every shard the moment its update is
+    made -- the FC layers' parameters come back while the backward pass still runs, as with MXNet
+    KVStore's or BytePS's per-key pull. Safe here: a shard's next version needs this worker's own
+    push of it, so it can only land after that layer's backward is done, and the forward pass
+    before it waited for every parameter.
+    """
+
+    pull_ahead = False
+
+    def push_tensor(self, tensor: int, grad) -> None:
+        if self.pull_ahead and self.pull_iteration <= self.iteration:   # the iteration's first push
+            self.pull(self.iteration + 1)
+        super().push_tensor(tensor, grad)
 
     def next_iteration(self) -> None:
-        """Every gradient of this iteration is pushed: ask for the next version of the parameters."""
+        """Every gradient of this iteration is pushed: ask for the next version of the parameters
+        (unless the first push already did)."""
         self.iteration += 1
-        self.pull(self.iteration)
+        if self.pull_iteration < self.iteration:
+            self.pull(self.iteration)
 
 
 class ReplayedWorker:
@@ -211,6 +232,7 @@ class ReplayedWorker:
         self.transport = LayerwisePSWorker(self.args.rank, self.args.workers,
                                            [tuple(s) for s in servers], self.params,
                                            _config(self.args, overrides, tracer), priorities)
+        self.transport.pull_ahead = self.args.pull_ahead
         return {"assignment": assignment.digest(), "plan": self.transport.digest.hex()}
 
     def step(self) -> dict:
@@ -356,6 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--congestion", default="", help="TCP congestion control (default: the system's)")
     parser.add_argument("--async-push", action="store_true",
                         help="push hooks overlap the next layers' compute (GPU-like) instead of delaying them")
+    parser.add_argument("--class-thread-nice", type=int, default=0,
+                        help="niceness added per class index to the flows' threads (TransportConfig)")
+    parser.add_argument("--pull-ahead", action="store_true",
+                        help="ask for the next parameters with the iteration's first push, not after the last")
     parser.add_argument("--job", type=int, default=4)
     return parser
 

@@ -51,6 +51,10 @@ def add_commands(commands, bench) -> None:
                         help="add the emulation's TCP effects (bbr port queues measured by "
                              "geryon.sim.queueprobe, 16 KiB NOTSENT_LOWAT) at this byte scale, e.g. 0.01")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="per-frame delivery latency")
+    parser.add_argument("--pull", choices=("end", "ahead"), default="end",
+                        help="when a worker asks for the next parameters: after its last push (end, "
+                             "default, as bench paper) or with its first (ahead); --compare "
+                             "takes each file's own")
     parser.add_argument("--compare", metavar="JSON", help="validate against bench paper rows")
     parser.add_argument("--curve", action="store_true", help="potential speedup vs bandwidth (VGG-19)")
     parser.add_argument("--slice-table", action="store_true",
@@ -81,7 +85,7 @@ def _setting(args, scale: float) -> SimSetting:
                       oversubscription=args.oversubscription, hosts_per_leaf=args.hosts_per_leaf,
                       classes=args.classes, thresholds=thresholds, slice_params=args.slice_params,
                       placement=args.placement, compute_scale=scale, iterations=args.iterations,
-                      exact=args.exact)
+                      exact=args.exact, pull_ahead=args.pull == "ahead")
 
 
 def _say(args, text: str) -> None:

@@ -68,7 +68,8 @@ def load_rows(path) -> list[dict]:
         data = data.get("rows", [data])
         if isinstance(data, list):
             data = [{**{k: settings[k] for k in ("slice_params", "placement", "wall_scale",
-                                                  "size_scale", "notsent_lowat") if k in settings}, **row}
+                                                  "size_scale", "notsent_lowat", "pull") if k in settings},
+                     **row}
                     if isinstance(row, dict) else row for row in data]
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
         raise ConfigError(f"{path}: expected a list of row objects (bench paper --json)")
@@ -93,7 +94,8 @@ def setting_for(row: dict, base: SimSetting) -> SimSetting:
                    servers=int(row["servers"]) if row.get("servers") else None,
                    layout=str(row.get("layout", base.layout)), compute_scale=time_scale,
                    slice_params=int(row.get("slice_params") or base.slice_params),
-                   placement=placement, within_class=within)
+                   placement=placement, within_class=within,
+                   pull_ahead=row.get("pull", "end") == "ahead")
 
 
 def measured_compute_scale(row: dict, setting: SimSetting) -> float:

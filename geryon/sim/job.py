@@ -3,7 +3,8 @@
 Each worker runs:
     forward  layer l = 0..L-1 starts when layer l-1 is done and every slice of layer l is pulled;
     backward layers L-1..0 back to back; a layer's slices enter the push queues when its backward
-             ends; the pull of the next version is requested when the backward pass ends.
+             ends; the pull of the next version is requested when the backward pass ends
+             (`pull_ahead`: with the first push, bench paper's --pull ahead).
 A server updates a slice when every worker's push of it has arrived (+ `aggregation_s`) and sends
 it to a worker once updated and asked for (slices already updated go in plan order, as
 ParameterServer.control sends them). A worker on the server's own host (colocated layout) moves
@@ -91,8 +92,9 @@ class PSJob:
     def __init__(self, workload: Workload, fabric: Fabric, forward_s, backward_s,
                  aggregation_s: float = 0.0, exact: bool = False, floor: float = 0.0,
                  backlog_bytes: float = 0.0, latency_s: float = 0.0,
-                 queues: QueueTable | None = None):
+                 queues: QueueTable | None = None, pull_ahead: bool = False):
         self.w, self.fabric = workload, fabric
+        self.pull_ahead = bool(pull_ahead)
         self.forward_s = np.asarray(forward_s, dtype=float)
         self.backward_s = np.asarray(backward_s, dtype=float)
         self.aggregation_s = float(aggregation_s)
@@ -230,11 +232,16 @@ class PSJob:
             if worker.layer < layers:
                 return
             clock = worker.clock
+            requested = False
             for layer in reversed(range(layers)):
                 clock += self.backward_s[layer]
                 if len(self.slices_of_layer[layer]):
+                    if self.pull_ahead and not requested:   # asked with the first push, ahead of it
+                        heapq.heappush(timers, (clock, next(seq), "request", replica, None))
+                        requested = True
                     heapq.heappush(timers, (clock, next(seq), "grad", replica, layer))
-            heapq.heappush(timers, (clock, next(seq), "request", replica, None))
+            if not requested:
+                heapq.heappush(timers, (clock, next(seq), "request", replica, None))
             if replica == 0:
                 result.iteration_end.append(clock)
             worker.iteration += 1

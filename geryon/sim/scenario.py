@@ -56,6 +56,7 @@ class SimSetting:
     latency_s: float = 0.0         # per-frame delivery latency (processing at both ends)
     within_class: str = "urgency"  # endhost/geryon send order inside a class: urgency or fifo
     queues: QueueTable | None = None   # TCP's standing queues at the ports (queues.py), paper bytes
+    pull_ahead: bool = False       # the next pull asked with the first push (bench paper --pull ahead)
 
     def __post_init__(self):
         if not 1 <= self.workers <= MAX_WORKERS:
@@ -100,7 +101,7 @@ def simulate(setting: SimSetting, policy: str, profile: LayerProfile | None = No
     forward, backward = _compute(profile, setting.compute_scale)
     job = PSJob(workload, fabric, forward, backward, setting.aggregation_s, exact=setting.exact,
                 floor=setting.floor, backlog_bytes=setting.backlog_bytes, latency_s=setting.latency_s,
-                queues=setting.queues)
+                queues=setting.queues, pull_ahead=setting.pull_ahead)
     result = job.run(setting.iterations)
     iteration = result.iteration_s()
     batch = profile.batch or 32

@@ -2,6 +2,8 @@
 the bandwidth and the oversubscription grow, and K = 4 against K = 2 classes.
 
     python -m geryon.sim.whatif --out docs/sim --compute-scale 9.553
+    python -m geryon.sim.whatif --out docs/sim-pullahead --compute-scale 9.553 --pull ahead \
+        --sweeps workers,bandwidth
 
 Writes whatif.json (every simulated point) and one PNG per sweep. Each point: iteration time of
 endhost, geryon (K = 2) and geryon (K = 4); the ratio endhost / geryon > 1 means priority in the
@@ -36,16 +38,24 @@ def point(setting: SimSetting) -> dict:
             "efficiency_geryon": simulate(setting, "geryon")["compute_s"] / geryon}
 
 
-def sweeps(scale: float, slice_params: int, iterations: int):
-    base = SimSetting(compute_scale=scale, iterations=iterations, slice_params=slice_params)
+SWEEPS = ("workers", "bandwidth", "oversubscription")
+
+
+def sweeps(scale: float, slice_params: int, iterations: int, pull_ahead: bool = False,
+           only: tuple[str, ...] = SWEEPS):
+    base = SimSetting(compute_scale=scale, iterations=iterations, slice_params=slice_params,
+                      pull_ahead=pull_ahead)
     for model in MODELS:
-        for workers in WORKERS:
-            yield "workers", point(replace(base, model=model, workers=workers))
-        for gbit in GBIT:
-            yield "bandwidth", point(replace(base, model=model, link=None, bw_bps=gbit * 1e9))
-        for ratio in OVERSUB:
-            yield "oversubscription", point(replace(base, model=model, workers=64, topology="leafspine",
-                                                    oversubscription=ratio, hosts_per_leaf=16))
+        if "workers" in only:
+            for workers in WORKERS:
+                yield "workers", point(replace(base, model=model, workers=workers))
+        if "bandwidth" in only:
+            for gbit in GBIT:
+                yield "bandwidth", point(replace(base, model=model, link=None, bw_bps=gbit * 1e9))
+        if "oversubscription" in only:
+            for ratio in OVERSUB:
+                yield "oversubscription", point(replace(base, model=model, workers=64, topology="leafspine",
+                                                        oversubscription=ratio, hosts_per_leaf=16))
 
 
 def main(argv=None) -> int:
@@ -54,17 +64,26 @@ def main(argv=None) -> int:
     parser.add_argument("--compute-scale", type=float, default=9.553)
     parser.add_argument("--slice-params", type=int, default=256 * 1024)
     parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--pull", choices=("end", "ahead"), default="end",
+                        help="when workers ask for the next parameters (see geryon sim --pull)")
+    parser.add_argument("--sweeps", default=",".join(SWEEPS), help=f"comma-separated: {', '.join(SWEEPS)}")
     args = parser.parse_args(argv)
+    only = tuple(s.strip() for s in args.sweeps.split(",") if s.strip())
+    if not only or set(only) - set(SWEEPS):
+        parser.error(f"--sweeps: choose from {', '.join(SWEEPS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     points: dict[str, list] = {}
     started = time.perf_counter()
-    for sweep, row in sweeps(args.compute_scale, args.slice_params, args.iterations):
+    for sweep, row in sweeps(args.compute_scale, args.slice_params, args.iterations,
+                             args.pull == "ahead", only):
         points.setdefault(sweep, []).append(row)
         print(sweep, json.dumps(row), flush=True)
     (args.out / "whatif.json").write_text(json.dumps(points, indent=1) + "\n")
     axes = {"workers": ("workers", True), "bandwidth": ("bw_gbit", True),
             "oversubscription": ("oversubscription", False)}
     for sweep, (key, logx) in axes.items():
+        if sweep not in points:
+            continue
         series = {}
         for model in MODELS:
             rows = [r for r in points[sweep] if r["model"] == model]

@@ -39,6 +39,10 @@ class TransportConfig:
     # flows into one port (PS push/pull) lose whole window tails; with the 200 ms default each such loss
     # stalled a synchronous iteration for 200 ms (docs/transport-profile.md); None = the kernel's
     rto_min_us: int | None = 10_000
+    # CPU niceness added to the send/receive threads of every flow after the first (the less urgent
+    # classes), best effort: where the CPU, not the wire, is contended, the urgent class's frames are
+    # sent, received and aggregated first; 0 = every thread at the process's niceness
+    class_thread_nice: int = 0
     max_payload: int = 1 << 30                   # largest data frame accepted, in bytes
     placement: str = "count"                     # PS slices over servers: "count" round-robin, "bytes" balanced
     # TLS on every flow (geryon.transport.tls): the job's key + self-signed certificate, the same on every

@@ -29,6 +29,7 @@ import errno
 import heapq
 import itertools
 import logging
+import os
 import socket
 import threading
 import time
@@ -183,8 +184,20 @@ class Flow:
             if thread is not threading.current_thread() and thread.is_alive():
                 thread.join(timeout)
 
+    def _lower_class_priority(self) -> None:
+        """Run this thread `class_thread_nice` x its class index nicer (best effort; see TransportConfig)."""
+        nice = self.pool.config.class_thread_nice * self.index
+        if nice <= 0:
+            return
+        tid = threading.get_native_id()
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+        except OSError:
+            pass
+
     def _send_loop(self) -> None:
         tracer = self.pool.config.tracer
+        self._lower_class_priority()
         try:
             while (item := self.queue.get()) is not None:
                 if tracer is not None:
@@ -199,6 +212,7 @@ class Flow:
             self._fail(exc)
 
     def _recv_loop(self) -> None:
+        self._lower_class_priority()
         config, handler = self.pool.config, self.pool.handler
         buffer = bytearray(HEADER_SIZE)
         view = memoryview(buffer)
