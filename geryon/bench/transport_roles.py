@@ -74,6 +74,25 @@ def _tensors(size_bytes: int, seed: int) -> torch.Tensor:
     return torch.randn(max(1, size_bytes // 4), generator=generator)
 
 
+START_LEAD_S = 0.1   # how far ahead rank 0 sets the common start of a timed collective
+
+
+def start_together(rank: int, allreduce) -> float:
+    """Agree on a wall-clock instant (rank 0's clock + START_LEAD_S) with one allreduce, sleep until
+    it and return it: every rank of a timed collective starts at the same instant and is timed from
+    it, so each rank's time ends where its collective does.
+
+    The emulated hosts share one kernel clock. A barrier alone leaves the ranks' starts spread by how
+    it releases them (a ring barrier: N-1 hops, the first rank out charged all of it; gloo's barrier:
+    all-to-all, one hop), which would measure the barrier, not the collective (docs/transport-profile.md).
+    """
+    instant = torch.tensor([time.time() + START_LEAD_S if rank == 0 else 0.0], dtype=torch.float64)
+    allreduce(instant)                       # a sum with zeros: exact, the same on every rank
+    start = instant.item()
+    time.sleep(max(0.0, start - time.time()))
+    return start
+
+
 def allreduce_inputs(size: int, rank: int, two_classes: bool) -> tuple[list[torch.Tensor], list[int]]:
     """The tensors a benchmark rank reduces: one of `size` bytes, or a high- and a low-class pair."""
     if not two_classes:
@@ -91,14 +110,13 @@ def run_allreduce(args) -> None:
             tensors, priorities = allreduce_inputs(size, args.rank, args.two_classes)
             group.allreduce([t.clone() for t in tensors], priorities)   # warm-up, plan agreement
             times, cpu = [], 0.0
-            barrier = torch.zeros(1)
-            group.allreduce([barrier])
+            group.allreduce([torch.zeros(1, dtype=torch.float64)])
             for i in range(args.iters):
                 work = [t.clone() for t in tensors]
-                group.allreduce([barrier])   # start together, like the gloo role's dist.barrier()
-                started, cpu_started = time.perf_counter(), time.process_time()
+                started = start_together(args.rank, lambda t: group.allreduce([t]))
+                cpu_started = time.process_time()
                 group.allreduce(work, priorities)
-                times.append(time.perf_counter() - started)
+                times.append(time.time() - started)
                 cpu += time.process_time() - cpu_started
                 if args.checksum:
                     digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in work)).hexdigest()
@@ -120,10 +138,10 @@ def run_gloo(args) -> None:
             times, cpu = [], 0.0
             for _ in range(args.iters):
                 work = tensor.clone()
-                dist.barrier()
-                started, cpu_started = time.perf_counter(), time.process_time()
+                started = start_together(args.rank, dist.all_reduce)
+                cpu_started = time.process_time()
                 dist.all_reduce(work)
-                times.append(time.perf_counter() - started)
+                times.append(time.time() - started)
                 cpu += time.process_time() - cpu_started
             _emit(event="result", system="gloo", size_bytes=size, seconds=sorted(times)[len(times) // 2],
                   all_seconds=times, cpu_seconds=cpu)
