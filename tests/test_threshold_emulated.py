@@ -54,6 +54,7 @@ def test_emulated_bench_end_to_end(tmp_path, unique_name, capsys):
     assert main(["bench", "threshold", "--backend", "emulated", "--model", "vgg19", "--workers", "2",
                  "--servers", "1", "--bandwidth", "40gbit", "--candidates", "0,0.5,1", "--budget", "3",
                  "--first-round", "3", "--iters-per-probe", "3", "--warmup", "1", "--sweep-passes", "1",
+                 "--race-passes", "1", "--race-contenders", "1",
                  "--cluster-name", unique_name, "--out", str(out), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     for key in ("chosen", "chosen_iter_s", "sweep_best", "sweep_best_iter_s", "probes"):
@@ -66,8 +67,15 @@ def test_emulated_bench_end_to_end(tmp_path, unique_name, capsys):
     assert [p["threshold"] for p in record["sweep"]] == [0.0, 0.5, 1.0]
     assert all(0 < p["iter_s"] < 10 for p in record["sweep"])
     assert 0 < extra["coarse_iter_s"] < 10 and 0 < extra["no_priority_iter_s"] < 10
-    # 3 search probes + 3 sweep probes + the coarse split + the re-measured choice, 3 iterations each
-    iterations = 8 * 3
+    # the race: the sweep's best and the choice (one point if they are the same), one more probe each
+    contenders = extra["sweep_contenders"]
+    assert record["chosen"] in contenders and 1 <= len(contenders) <= 2 and extra["sweep_best"] in contenders
+    assert extra["sweep_statistic"] == "trimmed" and extra["sweep_race_passes"] == 1
+    assert 1.0 <= extra["sweep_ratio_low"] <= extra["sweep_ratio"] <= extra["sweep_ratio_high"]
+    assert all(p["contender"] and p["interval"][0] <= p["interval"][1]
+               for p in record["sweep"] if p["threshold"] in contenders)
+    # 3 search probes + 3 sweep probes + the coarse split + the race + the re-measured choice, 3 iterations each
+    iterations = (8 + len(contenders)) * 3
     verification = extra["verification"]
     assert verification["iterations"] == iterations and verification["all_ok"]
     assert verification["final_applied"] == [iterations] * 3      # 2 workers and the server

@@ -71,6 +71,14 @@ def add_commands(commands, bench) -> None:
     bench_threshold.add_argument("--sweep-passes", type=int, default=None,
                                  help="passes over the candidates in the sweep, each in a random order "
                                       "(default 3 emulated, 1 analytic)")
+    bench_threshold.add_argument("--race-passes", type=int, default=None,
+                                 help="then this many passes over the contenders only (default 10 emulated, "
+                                      "0 analytic): the choice and the candidates nearest the best")
+    bench_threshold.add_argument("--race-contenders", type=int, default=4,
+                                 help="candidates besides the choice kept in the race (default 4)")
+    bench_threshold.add_argument("--sweep-statistic", choices=("trimmed", "mean", "median"), default=None,
+                                 help="a candidate's time from its iterations (default: trimmed mean with a "
+                                      "race, else median)")
     bench_threshold.add_argument("--first-round", type=int, default=6)
     bench_threshold.add_argument("--iters-per-probe", type=int, default=None,
                                  help="iterations per probe (default 5; emulated 12: its iterations vary "
@@ -87,7 +95,8 @@ def add_commands(commands, bench) -> None:
 
 
 def _bench_threshold(args) -> int:
-    from geryon.bench.sweep import analytic_measure, coarse_threshold, profile_context, run_threshold_bench
+    from geryon.bench.sweep import (SweepRace, analytic_measure, coarse_threshold, profile_context,
+                                    run_threshold_bench)
     from geryon.categorize.profiles import resolve_profile
     from geryon.categorize.runrecord import write_run
     from geryon.categorize.search import SearchSettings
@@ -114,6 +123,11 @@ def _bench_threshold(args) -> int:
                               iters_per_probe=args.iters_per_probe or (12 if emulated else 5),
                               warmup=args.warmup if args.warmup is not None else (2 if emulated else 1),
                               **candidates)
+    race_passes = args.race_passes if args.race_passes is not None else (10 if emulated else 0)
+    race = SweepRace(contenders=args.race_contenders, passes=race_passes,
+                     statistic=args.sweep_statistic or "trimmed") if race_passes > 0 else None
+    if race is None and args.sweep_statistic not in (None, "median"):
+        raise ConfigError("--sweep-statistic applies to a race: give --race-passes N (N > 0) as well")
     if emulated:
         from geryon.bench.threshold import default_setup, run_emulated_threshold_bench
         setup = default_setup(args.model, workers=args.workers, servers=args.servers,
@@ -122,7 +136,7 @@ def _bench_threshold(args) -> int:
                               within_class=args.within_class, congestion=args.congestion,
                               spin_margin=args.spin_margin)
         record = run_emulated_threshold_bench(setup, settings, name=args.cluster_name,
-                                              sweep_passes=args.sweep_passes or 3, seed=args.seed)
+                                              sweep_passes=args.sweep_passes or 3, seed=args.seed, race=race)
         bandwidth = setup.bandwidth * min(1.0, setup.servers / setup.workers)
         written = write_run(args.out or "RUN.json", record)
         print(f"wrote {written} (render it with `geryon report threshold {written}`)", file=sys.stderr)
@@ -133,7 +147,7 @@ def _bench_threshold(args) -> int:
         context = profile_context(profile, args.metric, backend=args.backend, bandwidth_bps=bandwidth,
                                   workers=args.workers, noise=args.noise, seed=args.seed)
         record = run_threshold_bench(measure, settings, context, sweep=True, true_iter_s=truth,
-                                     sweep_passes=args.sweep_passes or 1, seed=args.seed,
+                                     sweep_passes=args.sweep_passes or 1, seed=args.seed, race=race,
                                      references={"coarse": coarse_threshold(profile, args.metric)})
         if args.out:
             write_run(args.out, record)
@@ -141,7 +155,8 @@ def _bench_threshold(args) -> int:
     keys = ("chosen", "chosen_iter_s", "sweep_best", "sweep_best_iter_s", "probes", "ratio",
             "true_ratio", "sweep_ratio", "sweep_fit_ratio", "chosen_sweep_iter_s", "coarse_iter_s",
             "no_priority_iter_s", "iteration_noise", "wall_s", "true_best", "true_two_class_best_iter_s",
-            "true_chosen_iter_s")
+            "true_chosen_iter_s", "sweep_ratio_low", "sweep_ratio_high", "sweep_within_share",
+            "sweep_contenders")
     result = {"backend": args.backend, **{key: extra[key] for key in keys if key in extra}}
     if "verification" in extra:
         result["updates_verified"] = extra["verification"]["all_ok"]
@@ -156,5 +171,8 @@ def _bench_threshold(args) -> int:
               f"t={extra['chosen']:g} in {extra['probes']} probes, {extra['chosen_iter_s'] * 1e3:.2f} ms/iter; "
               f"sweep best t={extra['sweep_best']:g}, {extra['sweep_best_iter_s'] * 1e3:.2f} ms/iter "
               f"(ratio {extra['ratio']:.3f}" + (f", in the sweep {extra['sweep_ratio']:.3f}" if "sweep_ratio" in extra
-                                                 else "") + ")")
+                                                 else "")
+              + (f" [{extra['sweep_ratio_low']:.3f}, {extra['sweep_ratio_high']:.3f}] 95%, within 3% in "
+                 f"{100 * extra['sweep_within_share']:.0f}% of resamples" if "sweep_ratio_low" in extra else "")
+              + ")")
     return 0

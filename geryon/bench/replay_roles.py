@@ -238,9 +238,10 @@ class ReplayedWorker:
     def step(self) -> dict:
         self.blocked_s = 0.0
         waited = run_queue_wait_s()
+        started = time.time()
         seconds = self.model.step()
         self.transport.next_iteration()
-        record = {"seconds": seconds, "blocked_s": self.blocked_s}
+        record = {"seconds": seconds, "blocked_s": self.blocked_s, "start": started}
         now = run_queue_wait_s()
         if waited is not None and now is not None:
             record["run_wait_s"] = now[0] - waited[0]          # the replay (main) thread
@@ -251,9 +252,7 @@ class ReplayedWorker:
         """`iterations` steps back to back (no driver round trip between them); each one's record."""
         steps = []
         for _ in range(int(iterations)):
-            started = time.time()
-            record = self.step()
-            steps.append({**record, "start": started})
+            steps.append(self.step())
         return {"steps": steps}
 
     def scale(self, time_scale: float) -> dict:

@@ -26,8 +26,8 @@ cost; ResNet-50 runs at twice the profiled times because its 107 layers of ~1 ms
 ~0.1 ms jitter each and the replay spins below 1 ms. Slices are 64 KiB (6.4 MB at paper scale).
 With the CLI's emulated defaults (12 iterations per probe, 2 warm-up; 8 before, see below) and
 `--sweep-passes 2` a run -- 10 search probes, 2 passes over the 21 candidates and the coarse split,
-the re-measured choice: 660 iterations and 55 switches -- takes about 4-4.5 minutes for either model
-with 4 workers.
+10 race passes over up to 5 contenders, the re-measured choice: ~1,260 iterations and ~105
+switches -- takes about 7 minutes for ResNet-50 with 4 workers.
 
 Send order inside a class (`within_class`): "fifo" (default) gives every tensor urgency 0, so each
 class's send queue is first come first served and only the network's priority queues reorder
@@ -43,9 +43,13 @@ the emulated backend discards 2 warm-up iterations per probe. The driver's per-i
 (~1 ms) overlaps with the pulls. Per-iteration noise on the shared 2-core machine, 4 workers: the
 median deviation from a probe's median is 1.6-2.1% for VGG-19 (it follows the machine's load) and
 4.5-5.4% for ResNet-50 (whatever the load: 11-13% of its iterations are compute-only, their
-parameters having arrived before the forward pass), `extra.iteration_noise`; hence 12 iterations per
-probe, and `extra.sweep_ratio` (the sweep's own time at the chosen threshold over its best) next to
-`ratio` (a fresh re-measurement over the smallest of 21 noisy medians, biased low). Each worker's
+parameters having arrived before the forward pass: with bbr the server port's egress shares swing
+between the four workers' pulls, the workers' ends spread, their pushes arrive spread out and the
+next iteration barely waits; `python -m geryon.bench.threshold_phase`), `extra.iteration_noise`;
+hence 12 iterations per probe, the race after the sweep (`SweepRace`: the choice and the nearest
+contenders timed over 12 probes each, trimmed mean, bootstrap intervals), and `extra.sweep_ratio`
+(the sweep's own time at the chosen threshold over its best) next to `ratio` (a fresh
+re-measurement over the smallest of many noisy estimates, biased low). Each worker's
 run-queue wait per iteration (`extra.worker_waits`, `run_wait_share`) and the load average at every
 switch say how much CPU contention went into a run (docs/threshold-search.md).
 
@@ -356,7 +360,7 @@ def cluster_name() -> str:
 
 
 def run_emulated_threshold_bench(setup: EmulatedSetup, settings=None, name: str | None = None,
-                                 sweep_passes: int = 3, seed: int = 0) -> dict:
+                                 sweep_passes: int = 3, seed: int = 0, race=None) -> dict:
     """Search, sweep and re-measure on a fresh emulated cluster; return the RUN.json record."""
     from geryon.bench.sweep import coarse_threshold, profile_context, run_threshold_bench
     from geryon.categorize.profiles import resolve_profile
@@ -378,7 +382,7 @@ def run_emulated_threshold_bench(setup: EmulatedSetup, settings=None, name: str 
         try:
             job.start()
             record = run_threshold_bench(job.measure_iteration, settings, context, sweep=True,
-                                         sweep_passes=sweep_passes, seed=seed,
+                                         sweep_passes=sweep_passes, seed=seed, race=race,
                                          references={"coarse": coarse_threshold(profile, setup.metric)})
             job.finish()
         finally:

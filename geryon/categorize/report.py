@@ -279,6 +279,11 @@ def summarize_threshold_run(record: dict, png_name: str | None = None) -> str:
         if "sweep_ratio" in extra:
             lines.append(f"- in the sweep itself: {100 * (extra['sweep_ratio'] - 1):+.1f}% at the chosen threshold "
                          "vs the sweep's best (both timed in the same sweep)")
+        if "sweep_ratio_low" in extra:
+            lines.append(f"- the sweep's race over {len(extra['sweep_contenders'])} contenders "
+                         f"({extra['sweep_race_passes']} more passes, {extra['sweep_statistic']}): ratio 95% "
+                         f"interval [{extra['sweep_ratio_low']:.3f}, {extra['sweep_ratio_high']:.3f}], within 3% "
+                         f"in {100 * extra['sweep_within_share']:.0f}% of probe resamples")
         if "true_ratio" in extra:
             lines.append(f"- noise-free model: chosen {extra['true_chosen_iter_s'] * 1e3:.2f} ms vs best "
                          f"{extra['true_best_iter_s'] * 1e3:.2f} ms at t = {extra['true_best']:g} "
