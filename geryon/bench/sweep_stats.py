@@ -19,14 +19,13 @@ outliers at either end do not move it). docs/threshold-search.md has the measure
 from __future__ import annotations
 
 import numpy as np
+from scipy.stats import trim_mean
 
 TRIM = 0.1   # share cut from each end by the "trimmed" statistic
 
 
 def _trimmed(values) -> float:
-    ordered = np.sort(np.asarray(values, dtype=float))
-    cut = int(TRIM * len(ordered))
-    return float(ordered[cut:len(ordered) - cut].mean()) if len(ordered) > 2 * cut else float(np.median(ordered))
+    return float(trim_mean(np.asarray(values, dtype=float), TRIM))
 
 
 STATISTICS = {"median": lambda v: float(np.median(v)), "mean": lambda v: float(np.mean(v)), "trimmed": _trimmed}
