@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from geryon.bench.paper_job import JobSpec, PaperJob, role_cpu_seconds
-from geryon.bench.paper_math import (CALIBRATION_CELL, CONTROL, LINKS, PAPER_EFFICIENCY, PAPER_SLICING,
-                                     PAPER_WORKERS, PaperScale, calibration_step, cpu_share, make_row,
+from geryon.bench.paper_math import (CALIBRATION_CELL, CLASS_THREAD_NICE, CONTROL, LINKS, PAPER_EFFICIENCY,
+                                     PAPER_SLICING, PAPER_WORKERS, PaperScale, calibration_step, cpu_share, make_row,
                                      read_proc_stat, rotated, summarize)
 from geryon.errors import ConfigError
 from geryon.signals import sigterm_as_interrupt
@@ -93,9 +93,6 @@ def parse_params(text: str) -> int:
 
 
 PULL_MODES = ("ahead", "end")
-# the less urgent class's transport threads run this much nicer: the control row's iteration-boundary
-# chain waited for CPU behind the FC parameters' threads (docs/paper-table.md, fourth session)
-CLASS_THREAD_NICE = 10
 
 
 @dataclass(frozen=True)

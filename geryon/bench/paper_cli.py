@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from geryon.bench.paper_math import LINKS, MODELS
+from geryon.bench.paper_math import CLASS_THREAD_NICE, LINKS, MODELS
 from geryon.errors import ConfigError
 from geryon.rates import parse_rate
 
@@ -58,7 +58,7 @@ def add_commands(commands, bench) -> None:
                             "start, and geryon's runtime pulls after optimizer.step()) or with its first "
                             "push (ahead: MXNet KVStore / BytePS's per-key pull, each shard answered once "
                             "updated)")
-    paper.add_argument("--class-thread-nice", type=int, default=None,
+    paper.add_argument("--class-thread-nice", type=int, default=CLASS_THREAD_NICE,
                        help="niceness added per class index to the transport threads of every role "
                             "(TransportConfig.class_thread_nice; default 10, 0 = off)")
     paper.add_argument("--timeline", metavar="DIR", help="write a Chrome trace per (model, link, policy) here")
@@ -96,9 +96,7 @@ def settings_from_args(args):
                          slice_table=table, control=not args.no_control, priority=priority,
                          threshold=threshold, placement=args.placement, notsent_lowat=args.notsent_lowat,
                          timeline=args.timeline, control_rate=parse_rate(args.control_rate),
-                         nice=args.nice, pull=args.pull,
-                         **({} if args.class_thread_nice is None else
-                            {"class_thread_nice": args.class_thread_nice}))
+                         nice=args.nice, pull=args.pull, class_thread_nice=args.class_thread_nice)
 
 
 def _bench_paper(args) -> int:

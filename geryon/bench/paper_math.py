@@ -27,6 +27,10 @@ from dataclasses import dataclass
 from geryon.errors import ConfigError
 from geryon.sim import paper as sim_paper
 
+# the less urgent class's transport threads run this much nicer in bench paper: the control row's
+# iteration-boundary chain waited for CPU behind the FC parameters' threads (docs/paper-table.md)
+CLASS_THREAD_NICE = 10
+
 # The paper's figures live once, in geryon/sim/paper.py (keyed (link, model) there); here they are
 # keyed (model, link), and the slicing table names TicTac's column by our policy, `endhost`.
 PAPER_EFFICIENCY = {(model, link): figures for (link, model), figures in sim_paper.PAPER_EFFICIENCY.items()}

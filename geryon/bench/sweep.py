@@ -165,11 +165,14 @@ def run_threshold_bench(measure_iteration, settings: SearchSettings | None = Non
                 blocks[id(job)].append(times[kept_slice])
                 job["pass_medians"].append(median)
 
+        def kept_of(job):
+            return [t for block in blocks[id(job)] for t in block]
+
         for _pass in range(max(1, sweep_passes)):
             sweep_pass(jobs)
         statistic = race.statistic if race else "median"
         for point in jobs:
-            point["iter_s"] = estimate([t for b in blocks[id(point)] for t in b], statistic)
+            point["iter_s"] = estimate(kept_of(point), statistic)
         sweep_points = [points[t] for t in settings.candidates]
         among = sweep_points
         if race and race.passes > 0:
@@ -177,7 +180,7 @@ def run_threshold_bench(measure_iteration, settings: SearchSettings | None = Non
             for _pass in range(race.passes):
                 sweep_pass(among)
             for point in among:
-                point["iter_s"] = estimate([t for b in blocks[id(point)] for t in b], statistic)
+                point["iter_s"] = estimate(kept_of(point), statistic)
                 point["interval"] = list(interval(blocks[id(point)], statistic, seed=seed))
                 point["contender"] = True
             extra.update(sweep_statistic=statistic, sweep_contenders=[p["threshold"] for p in among],
