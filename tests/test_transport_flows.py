@@ -76,16 +76,16 @@ def test_less_urgent_classes_run_their_threads_nicer():
     assert nice == {0: {base}, 1: {min(19, base + 3)}, 2: {min(19, base + 6)}}
 
 
-def test_the_urgent_flows_threads_run_real_time():
-    """urgent_thread_rt_priority: flow 0's send and receive threads run SCHED_RR at that priority, the
-    other flows' keep normal scheduling (and their class_thread_nice)."""
+def test_flow_threads_run_real_time_the_urgent_class_highest():
+    """thread_rt_priority P: flow c's send and receive threads run SCHED_RR at max(1, P - c), so the
+    urgent class preempts the others; class_thread_nice does not apply to real-time threads."""
     import os
     import time
 
     if os.geteuid() != 0:
         pytest.skip("SCHED_RR needs CAP_SYS_NICE (root)")
-    config = TransportConfig(secret="flows-test", timeout=5.0, policy="geryon", class_dscp=(46, 0),
-                             urgent_thread_rt_priority=3, class_thread_nice=5)
+    config = TransportConfig(secret="flows-test", timeout=5.0, policy="geryon", class_dscp=(46, 10, 8, 0),
+                             thread_rt_priority=3, class_thread_nice=5)
     listener = FlowPool(7331, config, _NoFrames(), listen=("127.0.0.1", 0))
     dialer = FlowPool(7332, config, _NoFrames(), listen=None)
     try:
@@ -101,9 +101,9 @@ def test_the_urgent_flows_threads_run_real_time():
     finally:
         dialer.close()
         listener.close()
-    assert seen == {0: {(os.SCHED_RR, 3)}, 1: {(os.SCHED_OTHER, 0)}}
+    assert seen == {0: {(os.SCHED_RR, 3)}, 1: {(os.SCHED_RR, 2)}, 2: {(os.SCHED_RR, 1)}, 3: {(os.SCHED_RR, 1)}}
 
 
 def test_an_rt_priority_outside_1_to_99_is_refused():
-    with pytest.raises(ConfigError, match="urgent_thread_rt_priority"):
-        TransportConfig(secret="flows-test", urgent_thread_rt_priority=100)
+    with pytest.raises(ConfigError, match="thread_rt_priority"):
+        TransportConfig(secret="flows-test", thread_rt_priority=100)

@@ -186,11 +186,13 @@ class Flow:
 
     def _set_class_cpu_priority(self) -> None:
         """Give this thread its class's CPU priority (best effort; see TransportConfig): the first flow's
-        real-time under `urgent_thread_rt_priority`, the others `class_thread_nice` x index nicer."""
+        real-time at max(1, `thread_rt_priority` - index), else `class_thread_nice` x index nicer."""
         config, tid = self.pool.config, threading.get_native_id()
         try:
-            if self.index == 0 and config.urgent_thread_rt_priority:
-                os.sched_setscheduler(tid, os.SCHED_RR, os.sched_param(config.urgent_thread_rt_priority))
+            if config.thread_rt_priority:
+                rt = max(1, config.thread_rt_priority - self.index)
+                os.sched_setscheduler(tid, os.SCHED_RR, os.sched_param(rt))
+                return
             nice = config.class_thread_nice * self.index
             if nice > 0:
                 os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
