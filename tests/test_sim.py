@@ -11,7 +11,7 @@ from geryon.errors import ConfigError
 from geryon.sim.compare import compare, load_rows
 from geryon.sim.fabric import GroupSet, allocate, build_fabric
 from geryon.sim.job import PSJob
-from geryon.sim.queues import PortQueues, QueueTable
+from geryon.sim.queues import PortQueues, QueueTable, emulated_queues
 from geryon.sim.scenario import SimSetting, simulate
 from geryon.sim.workload import build_workload
 
@@ -282,3 +282,14 @@ def test_pulling_ahead_returns_the_fc_parameters_during_the_backward_pass(exact)
     # ahead: d1 is pushed 10 ms into the backward, updated at 30 ms, back at 50 ms: before the
     # forward needs it (41 + 10 ms), so the iteration is its compute
     assert ahead == pytest.approx(0.051, rel=1e-3)
+
+
+def test_measured_queue_tables_are_found_per_congestion_control_at_the_nearest_rate():
+    """compare.py models a row's congestion control with its own measured table (bbr at 100 and 400
+    Mbit/s, cubic at 100 Mbit/s), or none where nothing was measured."""
+    cubic = emulated_queues("cubic", 100e6)
+    assert cubic is emulated_queues("cubic", 400e6)              # the only cubic rate measured
+    assert cubic.bytes(np.array([7]), down=True)[0] > 10 * emulated_queues("bbr", 100e6).bytes(
+        np.array([7]), down=True)[0]                            # cubic fills the port into a host
+    assert emulated_queues("bbr", 350e6) is not emulated_queues("bbr", 100e6)
+    assert emulated_queues("reno", 100e6) is None

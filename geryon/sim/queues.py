@@ -190,6 +190,10 @@ EMULATED_QUEUES: dict[tuple[str, float], QueueTable] = {
     # the same with --bw 400mbit (40GbE at size scale 0.01), under the lock, 137 s
     ("bbr", 400e6): QueueTable(((1, 141e3, 26e3), (2, 284e3, 339e3), (4, 455e3, 415e3),
                                 (7, 464e3, 456e3), (14, 439e3, 459e3))),
+    # cubic at 100 Mbit/s, under the lock, 130 s (fifth session; docs/data/queueprobe/cubic-100mbit.jsonl):
+    # cubic fills the port into a host (spread) to MBs, 26-42 KB GSO packets in a 1000-packet pfifo
+    ("cubic", 100e6): QueueTable(((1, 136e3, 0.0), (2, 212e3, 2913e3), (4, 545e3, 6869e3),
+                                  (7, 962e3, 8286e3), (14, 1858e3, 11144e3))),
 }
 
 
