@@ -18,7 +18,9 @@ Every baseline is measured in the same run, on the same emulated hosts. Needs ro
 directions). PS push/pull and the 2-rank ring load both directions at once; with BBR each
 direction's ACKs then queue behind the other's data and TCP itself loses 5-12% at 100 Mbit/s
 (iperf3 --bidir: 84-92 of 95.5 Mbit/s), so `ratio_vs_iperf3_bidir` is the like-for-like ratio.
-With `--congestion cubic` (iperf3 run with it too) the two baselines agree.
+With `--congestion cubic` (iperf3 run with it too) the two baselines agree. The N x N PS runs
+`--warmup` untimed iterations first (default 1, as `bench allreduce` runs an untimed collective per
+size): the roles start seconds apart on shared cores, and the first iteration waits for the last.
 
 Fairness: geryon's flows and iperf3 use `--congestion` (else the hosts' default) on every socket, and
 `bench allreduce` makes it every emulated host's default so that gloo uses it too (the kernel allows
@@ -193,19 +195,21 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
                           for s in range(servers)]
             placements += [(f"h{w + 1}", role_argv("ps-worker", "--rank", w, "--workers", workers, "--servers",
                                                    addresses, "--sizes", size, "--iters", args.iters,
-                                                   "--policy", policy, *_common(args)))
+                                                   "--warmup", args.warmup, "--policy", policy, *_common(args)))
                            for w in range(workers)]
             records = run_roles(cluster, placements)
             seconds = _median(_iteration_seconds(records[servers:]))
             # every worker pushes (S-1)/S of the model to other hosts' servers and pulls as much back
             wire = 2 * workers * (servers - 1) / servers * size
             goodput = wire * 8 / seconds
+            # workers time (and count CPU over) the timed iterations; servers serve the warm-up ones too
+            server_cpu = _per_gb(_cpu_seconds(records[:servers]), wire * (args.iters + args.warmup))
             _print(args, {"bench": "transport", "system": f"ps-{workers}x{servers}", "policy": policy,
                           "bw": args.bw, "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
-                          "congestion": congestion, "baseline_dscp": dscp,
+                          "congestion": congestion, "baseline_dscp": dscp, "warmup": args.warmup,
                           "ratio_vs_iperf3_bidir_sum": goodput / baseline["goodput_bps"],
-                          "cpu_s_per_gb": _per_gb(_cpu_seconds(records), wire * args.iters),
-                          "server_cpu_s_per_gb": _per_gb(_cpu_seconds(records[:servers]), wire * args.iters)})
+                          "cpu_s_per_gb": _per_gb(_cpu_seconds(records[servers:]), wire * args.iters) + server_cpu,
+                          "server_cpu_s_per_gb": server_cpu})
 
 
 def bench_transport(args) -> int:
@@ -374,6 +378,9 @@ def add_benches(bench) -> None:
     _shared(parser)
     parser.add_argument("--size-mb", type=float, default=25.0)
     parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="NxN PS: untimed iterations before the timed ones (the roles' start-up skew), "
+                        "as bench allreduce runs one untimed collective per size")
     parser.add_argument("--policies", default="geryon")
     parser.add_argument("--tls", action="store_true",
                         help="also run the 1x1 PS and the ring over TLS (rows ps-tls, allreduce-tls: ratio_vs_plain)")
