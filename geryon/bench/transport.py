@@ -198,15 +198,17 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
                                                    "--warmup", args.warmup, "--policy", policy, *_common(args)))
                            for w in range(workers)]
             records = run_roles(cluster, placements)
-            seconds = _median(_iteration_seconds(records[servers:]))
+            iterations = _iteration_seconds(records[servers:])
+            seconds = _median(iterations)
             # every worker pushes (S-1)/S of the model to other hosts' servers and pulls as much back
             wire = 2 * workers * (servers - 1) / servers * size
             goodput = wire * 8 / seconds
             # workers time (and count CPU over) the timed iterations; servers serve the warm-up ones too
             server_cpu = _per_gb(_cpu_seconds(records[:servers]), wire * (args.iters + args.warmup))
             _print(args, {"bench": "transport", "system": f"ps-{workers}x{servers}", "policy": policy,
-                          "bw": args.bw, "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
-                          "congestion": congestion, "baseline_dscp": dscp, "warmup": args.warmup,
+                          "bw": args.bw, "size_bytes": size, "seconds": seconds, "all_seconds": iterations,
+                          "goodput_bps": goodput, "congestion": congestion, "baseline_dscp": dscp,
+                          "warmup": args.warmup,
                           "ratio_vs_iperf3_bidir_sum": goodput / baseline["goodput_bps"],
                           "cpu_s_per_gb": _per_gb(_cpu_seconds(records[servers:]), wire * args.iters) + server_cpu,
                           "server_cpu_s_per_gb": server_cpu})
