@@ -21,6 +21,10 @@ direction's ACKs then queue behind the other's data and TCP itself loses 5-12% a
 With `--congestion cubic` (iperf3 run with it too) the two baselines agree. The N x N PS runs
 `--warmup` untimed iterations first (default 1, as `bench allreduce` runs an untimed collective per
 size): the roles start seconds apart on shared cores, and the first iteration waits for the last.
+Its `seconds` is the median iteration period of the job: from the last worker's end of one
+iteration to the last worker's end of the next (`per_worker_max_seconds`: the slowest worker's own
+duration per iteration, which also counts how much earlier that worker had finished the iteration
+before; docs/transport-profile.md).
 
 Fairness: geryon's flows and iperf3 use `--congestion` (else the hosts' default) on every socket, and
 `bench allreduce` makes it every emulated host's default so that gloo uses it too (the kernel allows
@@ -111,6 +115,19 @@ def _iteration_seconds(records: list[list[dict]]) -> list[float]:
     return [max(times) for times in zip(*runs)]
 
 
+def _coflow_periods(records: list[list[dict]]) -> list[float]:
+    """Per timed PS iteration, the time from the last worker's end of the iteration before (of the
+    warm-up, for the first) to the last worker's end of this one: the job's iteration period.
+
+    A worker that finished the iteration before early starts its next push early and waits for the
+    others' pushes, so its own duration carries the previous iteration's skew; the maximum of the
+    workers' durations counts that skew, the period does not. The emulated hosts share one clock."""
+    results = [r[-1] for r in records]
+    lasts = [max(r["started"] for r in results)]
+    lasts += [max(ends) for ends in zip(*(r["all_ends"] for r in results))]
+    return [b - a for a, b in zip(lasts, lasts[1:])]
+
+
 def _cpu_seconds(records: list[list[dict]]) -> float:
     """CPU seconds (user + system, every thread) of all processes' measured part."""
     return sum(record.get("cpu_seconds", 0.0) for r in records for record in r if record.get("event") == "result")
@@ -198,18 +215,23 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
                                                    "--warmup", args.warmup, "--policy", policy, *_common(args)))
                            for w in range(workers)]
             records = run_roles(cluster, placements)
-            iterations = _iteration_seconds(records[servers:])
-            seconds = _median(iterations)
+            periods = _coflow_periods(records[servers:])
+            per_worker = _iteration_seconds(records[servers:])
+            seconds = _median(periods)
             # every worker pushes (S-1)/S of the model to other hosts' servers and pulls as much back
             wire = 2 * workers * (servers - 1) / servers * size
             goodput = wire * 8 / seconds
             # workers time (and count CPU over) the timed iterations; servers serve the warm-up ones too
             server_cpu = _per_gb(_cpu_seconds(records[:servers]), wire * (args.iters + args.warmup))
             _print(args, {"bench": "transport", "system": f"ps-{workers}x{servers}", "policy": policy,
-                          "bw": args.bw, "size_bytes": size, "seconds": seconds, "all_seconds": iterations,
+                          "bw": args.bw, "size_bytes": size, "seconds": seconds, "all_seconds": periods,
                           "goodput_bps": goodput, "congestion": congestion, "baseline_dscp": dscp,
                           "warmup": args.warmup,
                           "ratio_vs_iperf3_bidir_sum": goodput / baseline["goodput_bps"],
+                          # the former measure: per iteration the slowest worker's own duration
+                          "per_worker_max_seconds": per_worker,
+                          "per_worker_max_ratio_vs_iperf3_bidir_sum":
+                              wire * 8 / _median(per_worker) / baseline["goodput_bps"],
                           "cpu_s_per_gb": _per_gb(_cpu_seconds(records[servers:]), wire * args.iters) + server_cpu,
                           "server_cpu_s_per_gb": server_cpu})
 
