@@ -30,14 +30,19 @@ class Net(nn.Module):
 
 def test_transport_config_from_the_launchers_variables():
     env = {"GERYON_JOB_SECRET": "s3cret", "GERYON_JOB_ID": "jabc12", "GERYON_POLICY": "geryon",
-           "GERYON_CLASSES": "high:46,mid:26,low:0", "GERYON_TRANSPORT_TIMEOUT": "2.5"}
+           "GERYON_CLASSES": "high:46,mid:26,low:0", "GERYON_TRANSPORT_TIMEOUT": "2.5",
+           "GERYON_THREAD_RT": "3"}
     config = jobtransport.transport_config(RankEnv.from_environ(env))
     assert (config.policy, config.class_dscp, config.timeout) == ("geryon", (46, 26, 0), 2.5)
+    assert config.thread_rt_priority == 3
     assert config.job_id == jobtransport.transport_job_id("jabc12") != jobtransport.transport_job_id("jabc13")
     assert jobtransport.transport_config(RankEnv(secret="x")).class_dscp == (46, 0)
     assert RankEnv.from_environ(env).has_transport and not RankEnv.from_environ({}).has_transport
     with pytest.raises(ConfigError, match="GERYON_TRANSPORT_TIMEOUT"):
         RankEnv.from_environ({"GERYON_TRANSPORT_TIMEOUT": "soon"})
+    for bad in ("high", "100", "-1"):
+        with pytest.raises(ConfigError, match="GERYON_THREAD_RT"):
+            RankEnv.from_environ({"GERYON_THREAD_RT": bad})
 
 
 def test_reserved_port_can_still_be_listened_on():

@@ -1,7 +1,10 @@
-"""FlowPool lifecycle: closing a pool stops its accept thread (loopback only)."""
+"""FlowPool lifecycle and per-class thread scheduling (loopback only)."""
 
 import threading
 
+import pytest
+
+from geryon.errors import ConfigError
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import FlowPool
 
@@ -71,3 +74,36 @@ def test_less_urgent_classes_run_their_threads_nicer():
         dialer.close()
         listener.close()
     assert nice == {0: {base}, 1: {min(19, base + 3)}, 2: {min(19, base + 6)}}
+
+
+def test_flow_threads_run_real_time_the_urgent_class_highest():
+    """thread_rt_priority P: flow c's send and receive threads run SCHED_RR at max(1, P - c), so the
+    urgent class preempts the others; class_thread_nice does not apply to real-time threads."""
+    import os
+    import time
+
+    if os.geteuid() != 0:
+        pytest.skip("SCHED_RR needs CAP_SYS_NICE (root)")
+    config = TransportConfig(secret="flows-test", timeout=5.0, policy="geryon", class_dscp=(46, 10, 8, 0),
+                             thread_rt_priority=3, class_thread_nice=5)
+    listener = FlowPool(7331, config, _NoFrames(), listen=("127.0.0.1", 0))
+    dialer = FlowPool(7332, config, _NoFrames(), listen=None)
+    try:
+        dialer.connect(7331, ("127.0.0.1", listener.port))
+        listener.wait_connected([7332])
+        time.sleep(0.2)                       # the flows' threads set their scheduling as they start
+        seen = {}
+        for thread in threading.enumerate():
+            if thread.name.startswith(("gy-send-", "gy-recv-")) and thread.native_id:
+                flow = int(thread.name.rsplit("flow ", 1)[1].rstrip(")"))
+                seen.setdefault(flow, set()).add((os.sched_getscheduler(thread.native_id),
+                                                  os.sched_getparam(thread.native_id).sched_priority))
+    finally:
+        dialer.close()
+        listener.close()
+    assert seen == {0: {(os.SCHED_RR, 3)}, 1: {(os.SCHED_RR, 2)}, 2: {(os.SCHED_RR, 1)}, 3: {(os.SCHED_RR, 1)}}
+
+
+def test_an_rt_priority_outside_1_to_99_is_refused():
+    with pytest.raises(ConfigError, match="thread_rt_priority"):
+        TransportConfig(secret="flows-test", thread_rt_priority=100)

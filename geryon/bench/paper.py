@@ -37,8 +37,8 @@ from pathlib import Path
 
 from geryon.bench.paper_job import JobSpec, PaperJob, role_cpu_seconds
 from geryon.bench.paper_math import (CALIBRATION_CELL, CLASS_THREAD_NICE, CONTROL, LINKS, PAPER_EFFICIENCY,
-                                     PAPER_SLICING, PAPER_WORKERS, PaperScale, calibration_step, cpu_share, make_row,
-                                     read_proc_stat, rotated, summarize)
+                                     PAPER_SLICING, PAPER_WORKERS, THREAD_RT_PRIORITY, PaperScale, calibration_step,
+                                     cpu_share, make_row, read_proc_stat, rotated, summarize)
 from geryon.errors import ConfigError
 from geryon.signals import sigterm_as_interrupt
 
@@ -128,6 +128,7 @@ class PaperSettings:
     nice: int = 0
     pull: str = "end"                       # "end": pull asked after the last push; "ahead": with the first
     class_thread_nice: int = CLASS_THREAD_NICE   # TransportConfig.class_thread_nice of the roles
+    thread_rt: int = THREAD_RT_PRIORITY     # TransportConfig.thread_rt_priority of the roles
 
     def __post_init__(self):
         for link in self.links:
@@ -197,7 +198,8 @@ class PaperBench:
         spec = JobSpec(model=model, workers=s.workers, layout=s.layout, batch=s.batch,
                        time_scale=scale.replay_time_scale, size_scale=s.size_scale,
                        spin_margin=s.spin_margin, threshold=s.threshold, nice=s.nice,
-                       pull_ahead=s.pull == "ahead", class_thread_nice=s.class_thread_nice)
+                       pull_ahead=s.pull == "ahead", class_thread_nice=s.class_thread_nice,
+                       thread_rt=s.thread_rt)
         name = "p" + uuid.uuid4().hex[:5]
         self.say(f"{model}: cluster {name}, {spec.hosts} hosts ({s.layout}), starting "
                  f"{2 * s.workers} role processes")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from geryon.bench.paper_math import CLASS_THREAD_NICE, LINKS, MODELS
+from geryon.bench.paper_math import CLASS_THREAD_NICE, LINKS, MODELS, THREAD_RT_PRIORITY
 from geryon.errors import ConfigError
 from geryon.rates import parse_rate
 
@@ -61,6 +61,10 @@ def add_commands(commands, bench) -> None:
     paper.add_argument("--class-thread-nice", type=int, default=CLASS_THREAD_NICE,
                        help="niceness added per class index to the transport threads of every role "
                             "(TransportConfig.class_thread_nice; default 10, 0 = off)")
+    paper.add_argument("--thread-rt", type=int, default=THREAD_RT_PRIORITY,
+                       help="SCHED_RR priority of the transport threads in every role, class c at this "
+                            "- c (TransportConfig.thread_rt_priority; default 2, 0 = off): 16 role "
+                            "processes share this machine's cores, where real hosts have their own")
     paper.add_argument("--timeline", metavar="DIR", help="write a Chrome trace per (model, link, policy) here")
     paper.add_argument("--json", action="store_true", help="one JSON object per row on stdout")
     paper.add_argument("--out", metavar="DIR", help="write paper.json, paper.md and paper.png here")
@@ -96,7 +100,8 @@ def settings_from_args(args):
                          slice_table=table, control=not args.no_control, priority=priority,
                          threshold=threshold, placement=args.placement, notsent_lowat=args.notsent_lowat,
                          timeline=args.timeline, control_rate=parse_rate(args.control_rate),
-                         nice=args.nice, pull=args.pull, class_thread_nice=args.class_thread_nice)
+                         nice=args.nice, pull=args.pull, class_thread_nice=args.class_thread_nice,
+                         thread_rt=args.thread_rt)
 
 
 def _bench_paper(args) -> int:

@@ -51,6 +51,7 @@ class JobSpec:
     async_push: bool = True          # push hooks overlap compute (a GPU's async backward)
     pull_ahead: bool = False         # pull asked with the first push (MXNet KVStore's per-key pull)
     class_thread_nice: int = 0       # TransportConfig.class_thread_nice of every role
+    thread_rt: int = 0        # TransportConfig.thread_rt_priority of every role
     nice: int = 0                    # scheduling niceness of the role processes (negative: ahead of others)
 
     def __post_init__(self):
@@ -68,7 +69,7 @@ class JobSpec:
                 "--batch", self.batch, "--time-scale", self.time_scale, "--size-scale", self.size_scale,
                 "--timeout", self.timeout, "--spin-margin", self.spin_margin,
                 *(["--async-push"] if self.async_push else []),
-                "--class-thread-nice", self.class_thread_nice,
+                "--class-thread-nice", self.class_thread_nice, "--thread-rt", self.thread_rt,
                 *(["--pull-ahead"] if self.pull_ahead else [])]
 
 

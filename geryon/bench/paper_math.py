@@ -30,6 +30,10 @@ from geryon.sim import paper as sim_paper
 # the less urgent class's transport threads run this much nicer in bench paper: the control row's
 # iteration-boundary chain waited for CPU behind the FC parameters' threads (docs/paper-table.md)
 CLASS_THREAD_NICE = 10
+# ... or, where allowed, every flow's threads run real-time (SCHED_RR), class c at this priority - c: 16
+# role processes share 2 cores here, where a real host's transport has cores of its own
+# (docs/paper-table.md); the same for every policy (a single-flow policy's threads all get the top one)
+THREAD_RT_PRIORITY = 2
 
 # The paper's figures live once, in geryon/sim/paper.py (keyed (link, model) there); here they are
 # keyed (model, link), and the slicing table names TicTac's column by our policy, `endhost`.

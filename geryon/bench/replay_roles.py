@@ -124,7 +124,8 @@ def _config(args, overrides: dict | None = None, tracer=None) -> TransportConfig
                            tcp_congestion=settings["congestion"] or None,
                            notsent_lowat=settings["notsent_lowat"] or None,
                            placement=settings["placement"], tracer=tracer,
-                           class_thread_nice=args.class_thread_nice)
+                           class_thread_nice=args.class_thread_nice,
+                           thread_rt_priority=args.thread_rt)
 
 
 def _check_overrides(overrides: dict | None) -> dict:
@@ -380,6 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="push hooks overlap the next layers' compute (GPU-like) instead of delaying them")
     parser.add_argument("--class-thread-nice", type=int, default=0,
                         help="niceness added per class index to the flows' threads (TransportConfig)")
+    parser.add_argument("--thread-rt", type=int, default=0,
+                        help="SCHED_RR priority of the flows' threads, flow c at this - c (TransportConfig; 0 = off)")
     parser.add_argument("--pull-ahead", action="store_true",
                         help="ask for the next parameters with the iteration's first push, not after the last")
     parser.add_argument("--job", type=int, default=4)

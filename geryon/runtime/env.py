@@ -52,6 +52,7 @@ class RankEnv:
     ps_optimizer: str = "auto"              # ps mode: who runs the optimizer (auto | server | worker)
     # inherited from the launcher's environment
     transport_timeout: float = ev.DEFAULT_TRANSPORT_TIMEOUT_S
+    thread_rt_priority: int = 0             # TransportConfig.thread_rt_priority (0: normal scheduling)
     search: tuple[tuple[str, str], ...] = ()   # (GERYON_SEARCH_* variable, text) of the ones set
     search_run: str | None = None
 
@@ -99,12 +100,15 @@ class RankEnv:
             "store_prefix": env.get(ev.STORE_PREFIX) or ev.DEFAULT_STORE_PREFIX,
             "ps_optimizer": env.get(ev.PS_OPTIMIZER) or "auto",
             "transport_timeout": _transport_timeout(env.get(ev.TRANSPORT_TIMEOUT) or ""),
+            "thread_rt_priority": _int(env, ev.THREAD_RT, 0),
             "search": tuple((name, env[name].strip()) for name in ev.SEARCH_VARIABLES
                             if (env.get(name) or "").strip()),
             "search_run": env.get(ev.SEARCH_RUN) or None,
         }
         if job["mode"] not in MODES:
             raise ConfigError(f"{ev.MODE}={job['mode']!r}: use allreduce or ps")
+        if not 0 <= job["thread_rt_priority"] <= 99:
+            raise ConfigError(f"{ev.THREAD_RT}={job['thread_rt_priority']}: 0 (off) or a SCHED_RR priority 1..99")
         if job["ps_optimizer"] not in PS_OPTIMIZER_MODES:
             raise ConfigError(f"{ev.PS_OPTIMIZER}={job['ps_optimizer']!r}: use "
                               f"{', '.join(PS_OPTIMIZER_MODES)}")

@@ -43,6 +43,11 @@ class TransportConfig:
     # classes), best effort: where the CPU, not the wire, is contended, the urgent class's frames are
     # sent, received and aggregated first; 0 = every thread at the process's niceness
     class_thread_nice: int = 0
+    # SCHED_RR real-time priority (1..99) of the flows' send/receive threads, best effort (needs
+    # CAP_SYS_NICE; the kernel's RT throttling keeps 5% of each core for the rest): flow c's threads run
+    # at max(1, P - c), so frames are sent, received and aggregated as soon as they arrive, ahead of the
+    # process's other work and of other processes, the urgent class first; 0 = normal scheduling
+    thread_rt_priority: int = 0
     max_payload: int = 1 << 30                   # largest data frame accepted, in bytes
     placement: str = "count"                     # PS slices over servers: "count" round-robin, "bytes" balanced
     # TLS on every flow (geryon.transport.tls): the job's key + self-signed certificate, the same on every
@@ -71,6 +76,8 @@ class TransportConfig:
             raise ConfigError(f"rto_max_ms {self.rto_max_ms}: Linux accepts 1000..120000 (or None)")
         if self.rto_min_us is not None and not 5000 <= self.rto_min_us <= 200_000:
             raise ConfigError(f"rto_min_us {self.rto_min_us}: Linux accepts 5000..200000 (or None)")
+        if not 0 <= self.thread_rt_priority <= 99:
+            raise ConfigError(f"thread_rt_priority {self.thread_rt_priority}: 0 (off) or 1..99")
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"placement {self.placement!r}: choose one of {', '.join(PLACEMENTS)}")
 

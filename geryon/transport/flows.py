@@ -184,20 +184,24 @@ class Flow:
             if thread is not threading.current_thread() and thread.is_alive():
                 thread.join(timeout)
 
-    def _lower_class_priority(self) -> None:
-        """Run this thread `class_thread_nice` x its class index nicer (best effort; see TransportConfig)."""
-        nice = self.pool.config.class_thread_nice * self.index
-        if nice <= 0:
-            return
-        tid = threading.get_native_id()
+    def _set_class_cpu_priority(self) -> None:
+        """Give this thread its class's CPU priority (best effort; see TransportConfig): the first flow's
+        real-time at max(1, `thread_rt_priority` - index), else `class_thread_nice` x index nicer."""
+        config, tid = self.pool.config, threading.get_native_id()
         try:
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+            if config.thread_rt_priority:
+                rt = max(1, config.thread_rt_priority - self.index)
+                os.sched_setscheduler(tid, os.SCHED_RR, os.sched_param(rt))
+                return
+            nice = config.class_thread_nice * self.index
+            if nice > 0:
+                os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
         except OSError:
             pass
 
     def _send_loop(self) -> None:
         tracer = self.pool.config.tracer
-        self._lower_class_priority()
+        self._set_class_cpu_priority()
         try:
             while (item := self.queue.get()) is not None:
                 if tracer is not None:
@@ -212,7 +216,7 @@ class Flow:
             self._fail(exc)
 
     def _recv_loop(self) -> None:
-        self._lower_class_priority()
+        self._set_class_cpu_priority()
         config, handler = self.pool.config, self.pool.handler
         buffer = bytearray(HEADER_SIZE)
         view = memoryview(buffer)
