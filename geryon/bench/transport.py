@@ -79,7 +79,7 @@ def _dscp_of(policy: str) -> int:
 
 def _common(args) -> list[str]:
     extra = ["--slice-bytes", args.slice_bytes, "--timeout", 120, "--notsent-lowat", args.notsent_lowat,
-             "--rto-min-us", args.rto_min_us]
+             "--rto-min-us", args.rto_min_us, "--thread-rt-priority", args.thread_rt_priority]
     if args.congestion:
         extra += ["--congestion", args.congestion]
     return extra
@@ -226,7 +226,7 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
             _print(args, {"bench": "transport", "system": f"ps-{workers}x{servers}", "policy": policy,
                           "bw": args.bw, "size_bytes": size, "seconds": seconds, "all_seconds": periods,
                           "goodput_bps": goodput, "congestion": congestion, "baseline_dscp": dscp,
-                          "warmup": args.warmup,
+                          "warmup": args.warmup, "thread_rt_priority": args.thread_rt_priority,
                           "ratio_vs_iperf3_bidir_sum": goodput / baseline["goodput_bps"],
                           # the former measure: per iteration the slowest worker's own duration
                           "per_worker_max_seconds": per_worker,
@@ -395,6 +395,9 @@ def _shared(parser) -> None:
                         help="TCP_NOTSENT_LOWAT in bytes (0: kernel default)")
     parser.add_argument("--rto-min-us", type=int, default=TransportConfig.rto_min_us,
                         help="TCP_RTO_MIN_US on geryon's sockets (0: the kernel's 200 ms)")
+    parser.add_argument("--thread-rt-priority", type=int, default=0,
+                        help="SCHED_RR priority of geryon's flow threads (TransportConfig.thread_rt_priority; "
+                        "0: normal scheduling, the default)")
 
 
 def add_benches(bench) -> None:
