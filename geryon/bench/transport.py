@@ -18,7 +18,13 @@ Every baseline is measured in the same run, on the same emulated hosts. Needs ro
 directions). PS push/pull and the 2-rank ring load both directions at once; with BBR each
 direction's ACKs then queue behind the other's data and TCP itself loses 5-12% at 100 Mbit/s
 (iperf3 --bidir: 84-92 of 95.5 Mbit/s), so `ratio_vs_iperf3_bidir` is the like-for-like ratio.
-With `--congestion cubic` (iperf3 run with it too) the two baselines agree.
+With `--congestion cubic` (iperf3 run with it too) the two baselines agree. The N x N PS runs
+`--warmup` untimed iterations first (default 1, as `bench allreduce` runs an untimed collective per
+size): the roles start seconds apart on shared cores, and the first iteration waits for the last.
+Its `seconds` is the median iteration period of the job: from the last worker's end of one
+iteration to the last worker's end of the next (`per_worker_max_seconds`: the slowest worker's own
+duration per iteration, which also counts how much earlier that worker had finished the iteration
+before; docs/transport-profile.md).
 
 Fairness: geryon's flows and iperf3 use `--congestion` (else the hosts' default) on every socket, and
 `bench allreduce` makes it every emulated host's default so that gloo uses it too (the kernel allows
@@ -39,6 +45,7 @@ import time
 import uuid
 
 from geryon.bench.emulated import BASE_PORT, gloo_placements, ring_placements, role_argv, run_roles
+from geryon.emulate.fabric import DEFAULT_MTU
 from geryon.errors import ConfigError, TransportError
 from geryon.rates import parse_rate
 from geryon.safefiles import create_exclusive
@@ -47,6 +54,8 @@ from geryon.transport.policy import POLICIES
 
 
 def _print(args, record: dict) -> None:
+    if "bw" in record:
+        record = {**record, "mtu": args.mtu}
     if args.json:
         print(json.dumps(record), flush=True)
     else:
@@ -59,7 +68,7 @@ def _cluster(hosts: int, args, default_congestion: bool = False):
     which cannot pick its sockets' congestion control)."""
     from geryon.emulate import EmulatedCluster
     return EmulatedCluster("b" + uuid.uuid4().hex[:5], hosts=hosts, bw=args.bw,
-                           tcp_congestion=args.congestion if default_congestion else None)
+                           tcp_congestion=args.congestion if default_congestion else None, mtu=args.mtu)
 
 
 def _dscp_of(policy: str) -> int:
@@ -70,7 +79,7 @@ def _dscp_of(policy: str) -> int:
 
 def _common(args) -> list[str]:
     extra = ["--slice-bytes", args.slice_bytes, "--timeout", 120, "--notsent-lowat", args.notsent_lowat,
-             "--rto-min-us", args.rto_min_us]
+             "--rto-min-us", args.rto_min_us, "--thread-rt-priority", args.thread_rt_priority]
     if args.congestion:
         extra += ["--congestion", args.congestion]
     return extra
@@ -106,6 +115,19 @@ def _iteration_seconds(records: list[list[dict]]) -> list[float]:
     return [max(times) for times in zip(*runs)]
 
 
+def _coflow_periods(records: list[list[dict]]) -> list[float]:
+    """Per timed PS iteration, the time from the last worker's end of the iteration before (of the
+    warm-up, for the first) to the last worker's end of this one: the job's iteration period.
+
+    A worker that finished the iteration before early starts its next push early and waits for the
+    others' pushes, so its own duration carries the previous iteration's skew; the maximum of the
+    workers' durations counts that skew, the period does not. The emulated hosts share one clock."""
+    results = [r[-1] for r in records]
+    lasts = [max(r["started"] for r in results)]
+    lasts += [max(ends) for ends in zip(*(r["all_ends"] for r in results))]
+    return [b - a for a, b in zip(lasts, lasts[1:])]
+
+
 def _cpu_seconds(records: list[list[dict]]) -> float:
     """CPU seconds (user + system, every thread) of all processes' measured part."""
     return sum(record.get("cpu_seconds", 0.0) for r in records for record in r if record.get("event") == "result")
@@ -113,6 +135,12 @@ def _cpu_seconds(records: list[list[dict]]) -> float:
 
 def _per_gb(cpu_seconds: float, wire_bytes: float) -> float:
     return cpu_seconds / (wire_bytes / 1e9) if wire_bytes else float("nan")
+
+
+def header_floor(mtu: int) -> float:
+    """Wire bytes per TCP payload byte at `mtu`: Ethernet header (14) on top, IPv4 (20) and TCP with
+    timestamps (32) inside; what HTB counts per full-size frame. 1500: 1.0456; 9000: 1.0074."""
+    return (mtu + 14) / (mtu - 52)
 
 
 def ring_bound_seconds(size: int, ranks: int, rate_bps: float) -> float:
@@ -184,19 +212,28 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
                           for s in range(servers)]
             placements += [(f"h{w + 1}", role_argv("ps-worker", "--rank", w, "--workers", workers, "--servers",
                                                    addresses, "--sizes", size, "--iters", args.iters,
-                                                   "--policy", policy, *_common(args)))
+                                                   "--warmup", args.warmup, "--policy", policy, *_common(args)))
                            for w in range(workers)]
             records = run_roles(cluster, placements)
-            seconds = _median(_iteration_seconds(records[servers:]))
+            periods = _coflow_periods(records[servers:])
+            per_worker = _iteration_seconds(records[servers:])
+            seconds = _median(periods)
             # every worker pushes (S-1)/S of the model to other hosts' servers and pulls as much back
             wire = 2 * workers * (servers - 1) / servers * size
             goodput = wire * 8 / seconds
+            # workers time (and count CPU over) the timed iterations; servers serve the warm-up ones too
+            server_cpu = _per_gb(_cpu_seconds(records[:servers]), wire * (args.iters + args.warmup))
             _print(args, {"bench": "transport", "system": f"ps-{workers}x{servers}", "policy": policy,
-                          "bw": args.bw, "size_bytes": size, "seconds": seconds, "goodput_bps": goodput,
-                          "congestion": congestion, "baseline_dscp": dscp,
+                          "bw": args.bw, "size_bytes": size, "seconds": seconds, "all_seconds": periods,
+                          "goodput_bps": goodput, "congestion": congestion, "baseline_dscp": dscp,
+                          "warmup": args.warmup, "thread_rt_priority": args.thread_rt_priority,
                           "ratio_vs_iperf3_bidir_sum": goodput / baseline["goodput_bps"],
-                          "cpu_s_per_gb": _per_gb(_cpu_seconds(records), wire * args.iters),
-                          "server_cpu_s_per_gb": _per_gb(_cpu_seconds(records[:servers]), wire * args.iters)})
+                          # the former measure: per iteration the slowest worker's own duration
+                          "per_worker_max_seconds": per_worker,
+                          "per_worker_max_ratio_vs_iperf3_bidir_sum":
+                              wire * 8 / _median(per_worker) / baseline["goodput_bps"],
+                          "cpu_s_per_gb": _per_gb(_cpu_seconds(records[servers:]), wire * args.iters) + server_cpu,
+                          "server_cpu_s_per_gb": server_cpu})
 
 
 def bench_transport(args) -> int:
@@ -310,6 +347,7 @@ def bench_allreduce(args) -> int:
                               "seconds": ours, "gloo_seconds": theirs, "line_rate_seconds": bound,
                               "ratio_vs_gloo": ours / theirs, "ratio_vs_line_rate": ours / bound,
                               "gloo_ratio_vs_line_rate": theirs / bound,
+                              "header_floor_vs_line_rate": header_floor(args.mtu),
                               "cpu_s_per_gb": _per_gb(_cpu_seconds(mine), wire),
                               "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo), wire)})
     return 0
@@ -348,12 +386,18 @@ def bench_priority(args) -> int:
 def _shared(parser) -> None:
     parser.add_argument("--bw", default="100mbit", help="link rate of every emulated port")
     parser.add_argument("--json", action="store_true", help="one JSON object per result line")
+    parser.add_argument("--mtu", type=int, default=DEFAULT_MTU,
+                        help=f"MTU of every emulated link, for every system alike (default {DEFAULT_MTU}; "
+                        "9000: jumbo frames)")
     parser.add_argument("--slice-bytes", type=int, default=TransportConfig.slice_bytes)
     parser.add_argument("--congestion", default=None, help="TCP congestion control, e.g. cubic or bbr")
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,
                         help="TCP_NOTSENT_LOWAT in bytes (0: kernel default)")
     parser.add_argument("--rto-min-us", type=int, default=TransportConfig.rto_min_us,
                         help="TCP_RTO_MIN_US on geryon's sockets (0: the kernel's 200 ms)")
+    parser.add_argument("--thread-rt-priority", type=int, default=0,
+                        help="SCHED_RR priority of geryon's flow threads (TransportConfig.thread_rt_priority; "
+                        "0: normal scheduling, the default)")
 
 
 def add_benches(bench) -> None:
@@ -361,6 +405,9 @@ def add_benches(bench) -> None:
     _shared(parser)
     parser.add_argument("--size-mb", type=float, default=25.0)
     parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="NxN PS: untimed iterations before the timed ones (the roles' start-up skew), "
+                        "as bench allreduce runs one untimed collective per size")
     parser.add_argument("--policies", default="geryon")
     parser.add_argument("--tls", action="store_true",
                         help="also run the 1x1 PS and the ring over TLS (rows ps-tls, allreduce-tls: ratio_vs_plain)")

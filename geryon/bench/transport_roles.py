@@ -66,6 +66,7 @@ def _config(args) -> TransportConfig:
                            slice_bytes=args.slice_bytes, timeout=args.timeout,
                            tcp_congestion=args.congestion,
                            notsent_lowat=args.notsent_lowat or None, rto_min_us=args.rto_min_us or None,
+                           thread_rt_priority=args.thread_rt_priority,
                            tls=load_credentials(args.tls_file) if args.tls_file else None)
 
 
@@ -173,19 +174,23 @@ def run_ps_worker(args) -> None:
     with PSWorker(args.rank, args.workers, _addresses(args.servers), params, _config(args)) as worker:
         _emit(event="ready", rank=args.rank)
         grads = [torch.ones_like(p) for p in params]
-        times, cpu_started = [], time.process_time()
+        for _ in range(args.warmup):          # untimed: the roles' start-up skew, first-touch faults
+            worker.step(grads)
+            worker.wait_all()
+        times, ends, cpu_started = [], [time.time()], time.process_time()
         for i in range(args.iters):
             started = time.perf_counter()
             worker.step(grads)
             worker.wait_all()
             times.append(time.perf_counter() - started)
+            ends.append(time.time())
             if args.checksum:
                 _emit(event="iteration", iteration=i)
         median = sorted(times)[len(times) // 2]
         cpu = time.process_time() - cpu_started
         digest = hashlib.sha256(b"".join(p.numpy().tobytes() for p in params)).hexdigest()
         _emit(event="result", system="geryon-ps", bytes_each_way=total, seconds=median,
-              all_seconds=times, sha256=digest, cpu_seconds=cpu)
+              all_seconds=times, all_ends=ends[1:], started=ends[0], sha256=digest, cpu_seconds=cpu)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--listen", default="0.0.0.0:0")
     parser.add_argument("--sizes", type=lambda s: [int(float(x)) for x in s.split(",")], default=[1 << 20])
     parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=0, help="ps-worker: untimed iterations first")
     parser.add_argument("--checksum", action="store_true", help="print sha256 of every result")
     parser.add_argument("--two-classes", action="store_true", help="reduce a high and a low tensor")
     parser.add_argument("--policy", default="geryon")
@@ -213,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="TCP_NOTSENT_LOWAT in bytes; 0 leaves the kernel default")
     parser.add_argument("--rto-min-us", type=int, default=TransportConfig.rto_min_us,
                         help="TCP_RTO_MIN_US in microseconds; 0 leaves the kernel's 200 ms")
+    parser.add_argument("--thread-rt-priority", type=int, default=0,
+                        help="SCHED_RR priority of the flows' threads (TransportConfig.thread_rt_priority; 0: off)")
     parser.add_argument("--tls-file", default=None, help="TLS on every flow with these credentials (PEM)")
     parser.add_argument("--trace", default=None, help="append TransferEvents as JSON lines here")
     parser.add_argument("--secret", default=os.environ.get(envvars.JOB_SECRET, "geryon-bench"))

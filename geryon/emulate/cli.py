@@ -1,7 +1,7 @@
 """`geryon emulate ...`: bring emulated clusters up, run commands in their hosts, list and remove them.
 
     geryon emulate up --name demo --hosts 3 --bw 100mbit [--classes high:46,low:0] [--no-priority]
-                      [--topology star|leafspine] [--no-offload]
+                      [--topology star|leafspine] [--no-offload] [--mtu 9000]
                       [--sshd]   # prints the cluster as JSON; it stays up; --sshd: sshd everywhere
                                  # plus an inventory for `geryon cluster`
     geryon emulate exec demo h1 -- iperf3 -c 10.199.0.2  # exit code passes through
@@ -43,6 +43,8 @@ def add_commands(commands, bench) -> None:
                     help="every host's default TCP congestion control (bbr, cubic, ...)")
     up.add_argument("--no-offload", action="store_true",
                     help="turn segmentation offload off (MTU-sized packets in every queue; costs CPU)")
+    up.add_argument("--mtu", type=int, default=fabric.DEFAULT_MTU,
+                    help=f"MTU of every link (default {fabric.DEFAULT_MTU}; 9000: jumbo frames)")
     up.add_argument("--sshd", action="store_true",
                     help="start a real sshd in every host and switch and write an inventory for `geryon cluster`")
     up.set_defaults(func=cmd_up)
@@ -88,7 +90,7 @@ def cmd_up(args) -> int:
     cluster = EmulatedCluster(args.name, hosts=args.hosts, bw=args.bw, classes=args.classes,
                               priority=not args.no_priority, topology=args.topology,
                               tcp_congestion=args.tcp_congestion, uplink_fraction=args.uplink_fraction,
-                              offload=not args.no_offload)
+                              offload=not args.no_offload, mtu=args.mtu)
     cluster.up()
     description = cluster.describe()
     if getattr(args, "sshd", False):

@@ -47,6 +47,18 @@ def exec_argv(netns: str, argv: list[str]) -> list[str]:
     return ["nsenter", f"--net={fabric.NETNS_DIR}/{netns}", "--", *map(str, argv)]
 
 
+def check_mtu(mtu) -> int:
+    """The links' MTU as an int; ConfigError outside what a veth takes."""
+    try:
+        value = int(mtu)
+    except (TypeError, ValueError):
+        raise ConfigError(f"MTU {mtu!r} is not a number of bytes; give e.g. 1500 or 9000") from None
+    if not fabric.MIN_MTU <= value <= fabric.MAX_MTU:
+        raise ConfigError(f"MTU {value} is out of range: give {fabric.MIN_MTU}-{fabric.MAX_MTU} bytes "
+                          "(1500 is Ethernet's default, 9000 jumbo frames)")
+    return value
+
+
 def _read_proc(path: str) -> str:
     try:
         with open(path) as handle:
@@ -60,7 +72,7 @@ class EmulatedCluster:
 
     def __init__(self, name: str, hosts: int = 3, bw: int | str = "100mbit", classes=None,
                  priority: bool = True, topology: str = "star", tcp_congestion: str | None = None,
-                 uplink_fraction: float | None = None, offload: bool = True):
+                 uplink_fraction: float | None = None, offload: bool = True, mtu: int = fabric.DEFAULT_MTU):
         self.name = check_name(name)
         check_host_count(hosts)
         self.rate = parse_rate(bw)
@@ -68,6 +80,7 @@ class EmulatedCluster:
         self.priority = bool(priority)
         self.tcp_congestion = tcp_congestion
         self.offload = bool(offload)
+        self.mtu = check_mtu(mtu)
         self.topology: Topology = build_topology(topology, name, hosts, self.rate, uplink_fraction)
         self.hosts = [Host(h.name, h.netns, h.ip, h.iface) for h in self.topology.hosts]
         self.timings: dict[str, float] = {}
@@ -94,7 +107,7 @@ class EmulatedCluster:
                             f"`geryon emulate clean --name {self.name}` or pick another name")
         started = time.monotonic()
         try:
-            fabric.build_fabric(self.topology, offload=self.offload)
+            fabric.build_fabric(self.topology, offload=self.offload, mtu=self.mtu)
             self.timings["fabric_s"] = time.monotonic() - started
             self._install_queues()
             self._set_congestion()
@@ -179,7 +192,8 @@ class EmulatedCluster:
                       classes=tuple(PriorityClass(c["name"], c["dscp"]) for c in record["classes"]),
                       priority=record["priority"], topology=record["topology"],
                       tcp_congestion=record.get("tcp_congestion"),
-                      uplink_fraction=record.get("uplink_fraction"), offload=record.get("offload", True))
+                      uplink_fraction=record.get("uplink_fraction"), offload=record.get("offload", True),
+                      mtu=record.get("mtu", fabric.DEFAULT_MTU))
         cluster._up = cluster._owned = True
         cluster._builder_pid = record.get("pid", cluster._builder_pid)
         return cluster
@@ -234,6 +248,7 @@ class EmulatedCluster:
             "classes": [{"name": c.name, "dscp": c.dscp} for c in self.classes],
             "tcp_congestion": self.tcp_congestion,
             "offload": self.offload,
+            "mtu": self.mtu,
             "subnet": SUBNET,
             "hosts": hosts,
             "switches": switches,

@@ -24,6 +24,10 @@ NETNS_DIR = "/run/netns"
 # high-priority packet behind a 64 KB low-priority super-packet (5 ms at 100 Mbit/s). Set by netlink at
 # creation, which is cheaper than running ethtool in every namespace. See geryon/emulate/__init__.py.
 NO_OFFLOAD_GSO_SEGS = 1
+# MTU of every emulated link (veth ends and bridges). 1500 is Ethernet's default; 9000 the jumbo frames
+# of datacenter DL clusters, where TCP/IP headers take 0.7% of the wire instead of 4.4%.
+DEFAULT_MTU = 1500
+MIN_MTU, MAX_MTU = 1280, 65535   # IPv6's minimum; veth's maximum
 
 
 def netns_exists(name: str) -> bool:
@@ -68,7 +72,7 @@ def _index(ipr: IPRoute, dev: str) -> int:
     return found[0]
 
 
-def build_fabric(topo: Topology, offload: bool = True) -> None:
+def build_fabric(topo: Topology, offload: bool = True, mtu: int = DEFAULT_MTU) -> None:
     """Create every namespace, link, bridge and address of `topo` (no queues yet).
 
     On failure the caller must run `remove_namespaces(topo.namespaces)`: partial state stays behind.
@@ -81,9 +85,9 @@ def build_fabric(topo: Topology, offload: bool = True) -> None:
             ipr.link("set", index=_index(ipr, "lo"), state="up")
         for switch in topo.switches:
             ipr = sockets[switch.netns]
-            ipr.link("add", ifname=switch.bridge, kind="bridge", br_stp_state=0, br_forward_delay=0)
+            ipr.link("add", ifname=switch.bridge, kind="bridge", br_stp_state=0, br_forward_delay=0, mtu=mtu)
         for link in topo.links:
-            _add_veth(sockets, link.a, link.b, offload)
+            _add_veth(sockets, link.a, link.b, offload, mtu)
         for host in topo.hosts:
             ipr = sockets[host.netns]
             index = _index(ipr, host.iface)
@@ -99,8 +103,8 @@ def build_fabric(topo: Topology, offload: bool = True) -> None:
             ipr.link("set", index=bridge, state="up")
 
 
-def _add_veth(sockets: NamespaceSockets, a: Endpoint, b: Endpoint, offload: bool) -> None:
-    extra = {} if offload else {"IFLA_GSO_MAX_SEGS": NO_OFFLOAD_GSO_SEGS}
+def _add_veth(sockets: NamespaceSockets, a: Endpoint, b: Endpoint, offload: bool, mtu: int) -> None:
+    extra = {"mtu": mtu} if offload else {"mtu": mtu, "IFLA_GSO_MAX_SEGS": NO_OFFLOAD_GSO_SEGS}
     sockets[a.netns].link("add", ifname=a.dev, kind="veth",
                           peer={"ifname": b.dev, "net_ns_fd": b.netns, **extra}, **extra)
 
