@@ -2,12 +2,19 @@
 namespaces."""
 
 import os
+import signal
 import subprocess
 import uuid
 
 import pytest
 
 from geryon import envvars
+
+# The Ctrl-C tests send SIGINT to launchers they start. A test run started in the background by a
+# non-interactive shell (`cmd &`) ignores SIGINT, and children inherit SIG_IGN across exec, so those
+# launchers would never see Ctrl-C: give this process a handler (reset to the default on exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
