@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from geryon.emulate.clean import clean
+
 from launch_support import (EXAMPLE, EXAMPLE_ARGS, assert_no_processes, job_id, json_records, loss_curve,
                             marker, rank_lines, run_launcher, start_launcher)
 
@@ -38,6 +40,7 @@ def test_ctrl_c_removes_the_cluster(tmp_path):
     script.write_text("import os, sys, time\nprint('ready', os.environ['GERYON_HOST_IP'], flush=True)\n"
                       "time.sleep(300)\n")
     launcher = start_launcher("--emulate", "--workers", "2", "--grace", "1", script, word)
+    job = None
     try:
         banner = launcher.stderr.readline()
         job = banner.split()[2].rstrip(":")
@@ -50,6 +53,8 @@ def test_ctrl_c_removes_the_cluster(tmp_path):
     finally:
         launcher.kill()
         launcher.wait()
+        if job is not None and namespaces_of(job) and launcher.returncode != 130:
+            clean(name=job)   # the launcher failed (killed above): remove its cluster, then fail below
     deadline = time.monotonic() + 10
     while namespaces_of(job) and time.monotonic() < deadline:
         time.sleep(0.2)
