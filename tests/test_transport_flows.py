@@ -50,29 +50,36 @@ def test_close_with_connected_peer_leaves_no_accept_thread():
     assert _accept_threads(7311) == []
 
 
+def _per_flow_thread(config, ports, read) -> dict:
+    """{flow index: {read(native thread id)}} over both pools' send/receive threads, once connected."""
+    import time
+
+    listener = FlowPool(ports[0], config, _NoFrames(), listen=("127.0.0.1", 0))
+    dialer = FlowPool(ports[1], config, _NoFrames(), listen=None)
+    try:
+        dialer.connect(ports[0], ("127.0.0.1", listener.port))
+        listener.wait_connected([ports[1]])
+        time.sleep(0.2)                       # the flows' threads set their scheduling as they start
+        seen = {}
+        for thread in threading.enumerate():
+            if thread.name.startswith(("gy-send-", "gy-recv-")) and thread.native_id:
+                flow = int(thread.name.rsplit("flow ", 1)[1].rstrip(")"))
+                seen.setdefault(flow, set()).add(read(thread.native_id))
+        return seen
+    finally:
+        dialer.close()
+        listener.close()
+
+
 def test_less_urgent_classes_run_their_threads_nicer():
     """class_thread_nice: the threads of flow index c run c x N nicer than the process; flow 0's keep
     the process's niceness (CPU goes to the urgent class first where the CPU is contended)."""
     import os
-    import time
 
     config = TransportConfig(secret="flows-test", timeout=5.0, policy="geryon", class_dscp=(46, 10, 0),
                              class_thread_nice=3)
-    listener = FlowPool(7321, config, _NoFrames(), listen=("127.0.0.1", 0))
-    dialer = FlowPool(7322, config, _NoFrames(), listen=None)
     base = os.getpriority(os.PRIO_PROCESS, 0)
-    try:
-        dialer.connect(7321, ("127.0.0.1", listener.port))
-        listener.wait_connected([7322])
-        time.sleep(0.2)                       # the flows' threads set their niceness as they start
-        nice = {}
-        for thread in threading.enumerate():
-            if thread.name.startswith(("gy-send-", "gy-recv-")) and thread.native_id:
-                flow = int(thread.name.rsplit("flow ", 1)[1].rstrip(")"))
-                nice.setdefault(flow, set()).add(os.getpriority(os.PRIO_PROCESS, thread.native_id))
-    finally:
-        dialer.close()
-        listener.close()
+    nice = _per_flow_thread(config, (7321, 7322), lambda tid: os.getpriority(os.PRIO_PROCESS, tid))
     assert nice == {0: {base}, 1: {min(19, base + 3)}, 2: {min(19, base + 6)}}
 
 
@@ -80,7 +87,6 @@ def test_flow_threads_run_real_time_the_urgent_class_highest():
     """thread_rt_priority P: flow c's send and receive threads run SCHED_RR at max(1, P - c), so the
     urgent class preempts the others; class_thread_nice does not apply to real-time threads."""
     import os
-    import time
 
     try:
         os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))
@@ -89,21 +95,8 @@ def test_flow_threads_run_real_time_the_urgent_class_highest():
         pytest.skip(f"real-time scheduling is refused here ({exc}): it needs CAP_SYS_NICE")
     config = TransportConfig(secret="flows-test", timeout=5.0, policy="geryon", class_dscp=(46, 10, 8, 0),
                              thread_rt_priority=3, class_thread_nice=5)
-    listener = FlowPool(7331, config, _NoFrames(), listen=("127.0.0.1", 0))
-    dialer = FlowPool(7332, config, _NoFrames(), listen=None)
-    try:
-        dialer.connect(7331, ("127.0.0.1", listener.port))
-        listener.wait_connected([7332])
-        time.sleep(0.2)                       # the flows' threads set their scheduling as they start
-        seen = {}
-        for thread in threading.enumerate():
-            if thread.name.startswith(("gy-send-", "gy-recv-")) and thread.native_id:
-                flow = int(thread.name.rsplit("flow ", 1)[1].rstrip(")"))
-                seen.setdefault(flow, set()).add((os.sched_getscheduler(thread.native_id),
-                                                  os.sched_getparam(thread.native_id).sched_priority))
-    finally:
-        dialer.close()
-        listener.close()
+    seen = _per_flow_thread(config, (7331, 7332), lambda tid: (os.sched_getscheduler(tid),
+                                                               os.sched_getparam(tid).sched_priority))
     assert seen == {0: {(os.SCHED_RR, 3)}, 1: {(os.SCHED_RR, 2)}, 2: {(os.SCHED_RR, 1)}, 3: {(os.SCHED_RR, 1)}}
 
 
