@@ -45,6 +45,7 @@ import time
 import uuid
 
 from geryon.bench.emulated import BASE_PORT, gloo_placements, ring_placements, role_argv, run_roles
+from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY
 from geryon.emulate.fabric import DEFAULT_MTU
 from geryon.errors import ConfigError, TransportError
 from geryon.rates import parse_rate
@@ -55,7 +56,7 @@ from geryon.transport.policy import POLICIES
 
 def _print(args, record: dict) -> None:
     if "bw" in record:
-        record = {**record, "mtu": args.mtu}
+        record = {**record, "mtu": args.mtu, "ack_priority": args.ack_priority == "on"}
     if args.json:
         print(json.dumps(record), flush=True)
     else:
@@ -68,7 +69,8 @@ def _cluster(hosts: int, args, default_congestion: bool = False):
     which cannot pick its sockets' congestion control)."""
     from geryon.emulate import EmulatedCluster
     return EmulatedCluster("b" + uuid.uuid4().hex[:5], hosts=hosts, bw=args.bw,
-                           tcp_congestion=args.congestion if default_congestion else None, mtu=args.mtu)
+                           tcp_congestion=args.congestion if default_congestion else None, mtu=args.mtu,
+                           ack_priority=args.ack_priority == "on")
 
 
 def _dscp_of(policy: str) -> int:
@@ -389,6 +391,9 @@ def _shared(parser) -> None:
     parser.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                         help=f"MTU of every emulated link, for every system alike (default {DEFAULT_MTU}; "
                         "9000: jumbo frames)")
+    parser.add_argument("--ack-priority", choices=("on", "off"), default="on" if DEFAULT_ACK_PRIORITY else "off",
+                        help="TCP pure ACKs in the top class of every emulated egress, for every system alike "
+                        f"(default {'on' if DEFAULT_ACK_PRIORITY else 'off'})")
     parser.add_argument("--slice-bytes", type=int, default=TransportConfig.slice_bytes)
     parser.add_argument("--congestion", default=None, help="TCP congestion control, e.g. cubic or bbr")
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,

@@ -1,7 +1,7 @@
 """`geryon emulate ...`: bring emulated clusters up, run commands in their hosts, list and remove them.
 
     geryon emulate up --name demo --hosts 3 --bw 100mbit [--classes high:46,low:0] [--no-priority]
-                      [--topology star|leafspine] [--no-offload] [--mtu 9000]
+                      [--topology star|leafspine] [--no-offload] [--mtu 9000] [--ack-priority on|off]
                       [--sshd]   # prints the cluster as JSON; it stays up; --sshd: sshd everywhere
                                  # plus an inventory for `geryon cluster`
     geryon emulate exec demo h1 -- iperf3 -c 10.199.0.2  # exit code passes through
@@ -18,7 +18,7 @@ import sys
 
 from geryon.emulate import fabric, state
 from geryon.emulate.clean import clean, cluster_of
-from geryon.emulate.cluster import EmulatedCluster, exec_argv, require_root
+from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY, EmulatedCluster, exec_argv, require_root
 from geryon.emulate.topology import MAX_HOSTS, MIN_HOSTS, TOPOLOGIES, check_name, netns_prefix
 from geryon.errors import ConfigError
 
@@ -45,6 +45,9 @@ def add_commands(commands, bench) -> None:
                     help="turn segmentation offload off (MTU-sized packets in every queue; costs CPU)")
     up.add_argument("--mtu", type=int, default=fabric.DEFAULT_MTU,
                     help=f"MTU of every link (default {fabric.DEFAULT_MTU}; 9000: jumbo frames)")
+    up.add_argument("--ack-priority", choices=("on", "off"), default="on" if DEFAULT_ACK_PRIORITY else "off",
+                    help="TCP pure ACKs in the top class of every egress (default "
+                    f"{'on' if DEFAULT_ACK_PRIORITY else 'off'})")
     up.add_argument("--sshd", action="store_true",
                     help="start a real sshd in every host and switch and write an inventory for `geryon cluster`")
     up.set_defaults(func=cmd_up)
@@ -90,7 +93,8 @@ def cmd_up(args) -> int:
     cluster = EmulatedCluster(args.name, hosts=args.hosts, bw=args.bw, classes=args.classes,
                               priority=not args.no_priority, topology=args.topology,
                               tcp_congestion=args.tcp_congestion, uplink_fraction=args.uplink_fraction,
-                              offload=not args.no_offload, mtu=args.mtu)
+                              offload=not args.no_offload, mtu=args.mtu,
+                              ack_priority=args.ack_priority == "on")
     cluster.up()
     description = cluster.describe()
     if getattr(args, "sshd", False):
