@@ -147,3 +147,25 @@ def test_a_plan_with_ack_filters_verifies_and_restores(veth_pair):
 def _python() -> str:
     import sys
     return sys.executable
+
+
+def _filters(netns: str, dev: str) -> str:
+    return subprocess.run(["tc", "-n", netns, "filter", "show", "dev", dev], capture_output=True, text=True,
+                          check=True).stdout
+
+
+@pytest.mark.root
+def test_the_emulated_cluster_puts_acks_on_top_on_hosts_and_switch_ports(unique_name):
+    from geryon.emulate import EmulatedCluster
+    from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY
+
+    ack_key = "match 10000000/3f000000 at 33"
+    with EmulatedCluster(unique_name, hosts=2) as cluster:
+        assert cluster.describe()["ack_priority"] is DEFAULT_ACK_PRIORITY
+        assert EmulatedCluster.from_record(unique_name).ack_priority is DEFAULT_ACK_PRIORITY
+        for netns, dev in [(cluster.host("h1").netns, "eth0"), cluster.switch_port("h2")]:
+            assert (ack_key in _filters(netns, dev)) is DEFAULT_ACK_PRIORITY
+    with EmulatedCluster(unique_name, hosts=2, ack_priority=False) as cluster:
+        assert ack_key not in _filters(*cluster.switch_port("h2"))
+    with EmulatedCluster(unique_name, hosts=2, priority=False, ack_priority=True) as cluster:
+        assert cluster.ack_priority is False and "u32" not in _filters(*cluster.switch_port("h2"))

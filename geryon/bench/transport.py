@@ -44,6 +44,7 @@ import tempfile
 import time
 import uuid
 
+from geryon.bench import tcpstats
 from geryon.bench.emulated import BASE_PORT, gloo_placements, ring_placements, role_argv, run_roles
 from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY
 from geryon.emulate.fabric import DEFAULT_MTU
@@ -216,7 +217,10 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
                                                    addresses, "--sizes", size, "--iters", args.iters,
                                                    "--warmup", args.warmup, "--policy", policy, *_common(args)))
                            for w in range(workers)]
+            host_names = [f"h{h + 1}" for h in range(hosts)]
+            counters_before = tcpstats.read_all(cluster, host_names)
             records = run_roles(cluster, placements)
+            tcp = tcpstats.deltas(counters_before, tcpstats.read_all(cluster, host_names))
             periods = _coflow_periods(records[servers:])
             per_worker = _iteration_seconds(records[servers:])
             seconds = _median(periods)
@@ -235,7 +239,9 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
                           "per_worker_max_ratio_vs_iperf3_bidir_sum":
                               wire * 8 / _median(per_worker) / baseline["goodput_bps"],
                           "cpu_s_per_gb": _per_gb(_cpu_seconds(records[servers:]), wire * args.iters) + server_cpu,
-                          "server_cpu_s_per_gb": server_cpu})
+                          "server_cpu_s_per_gb": server_cpu,
+                          # per host, over the roles' whole run (warm-up included): RTOs, probes, undos
+                          "timeouts_per_host": [tcp[h]["timeouts"] for h in host_names], "tcp_counters": tcp})
 
 
 def bench_transport(args) -> int:
