@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from geryon.netconf import (AckFilterOp, Capabilities, FilterOp, build_priority_plan, install_priority_queues,
-                            read_class_counters)
+from geryon.errors import ConfigError
+from geryon.netconf import AckFilterOp, Capabilities, FilterOp, build_priority_plan, install_priority_queues
 from geryon.netconf.plan import pyroute2_keys
 from geryon.netconf.tcstate import parse_state, plan_canonical, read_state
 from netconf_pair import send_tcp, wait_for
@@ -20,7 +20,7 @@ IPV4_ACK = ("match ip protocol 6 0xff match u8 0x05 0x0f at 0 match u16 0x0000 0
 
 
 def test_ack_filters_come_first_and_move_the_dscp_filters_after_them():
-    plan = build_priority_plan("eth0", 3, "100mbit", ack_priority=True)
+    plan = build_priority_plan("eth0", 3, "100mbit", ack_priority="top")
     filters = [op for op in plan.ops if isinstance(op, (AckFilterOp, FilterOp))]
     assert [(type(op).__name__, op.protocol, op.pref) for op in filters] == [
         ("AckFilterOp", "ip", 1), ("AckFilterOp", "ipv6", 2),
@@ -34,17 +34,33 @@ def test_ack_filters_come_first_and_move_the_dscp_filters_after_them():
             "flowid 1:10") in plan_canonical(plan)
 
 
-def test_without_the_option_or_a_second_class_there_is_no_ack_filter():
+def test_own_mode_adds_an_ack_class_above_every_priority_class():
+    plan = build_priority_plan("eth0", 2, "100mbit", ack_priority=True)  # True: the default mode, "own"
+    assert plan.class_ids == ("1:10", "1:11")  # the priority classes keep their ids
+    commands = plan.commands()
+    rates = (("1:f", "5mbit", 0), ("1:10", "94mbit", 1), ("1:11", "1mbit", 2))
+    assert commands[2:5] == [f"tc class add dev eth0 parent 1:1 classid {classid} htb rate {rate} ceil 100mbit "
+                             f"prio {prio} quantum 15140" for classid, rate, prio in rates]
+    assert "tc qdisc add dev eth0 parent 1:f handle f: pfifo limit 1000" in commands
+    assert [op.flowid for op in plan.ops if isinstance(op, AckFilterOp)] == ["1:f", "1:f"]
+    lone = build_priority_plan("eth0", "only:0", "100mbit", ack_priority="own")  # one class: ACKs still above it
+    assert [op.flowid for op in lone.ops if isinstance(op, AckFilterOp)] == ["1:f", "1:f"]
+
+
+def test_without_the_option_or_a_class_above_the_default_there_is_no_ack_filter():
     assert build_priority_plan("eth0", 2, "100mbit").commands() == \
-        build_priority_plan("eth0", 2, "100mbit", ack_priority=False).commands()
-    lone = build_priority_plan("eth0", "only:0", "100mbit", ack_priority=True)
+        build_priority_plan("eth0", 2, "100mbit", ack_priority="off").commands()
+    lone = build_priority_plan("eth0", "only:0", "100mbit", ack_priority="top")
     assert not [op for op in lone.ops if isinstance(op, (AckFilterOp, FilterOp))]
+    with pytest.raises(ConfigError, match="off, top, own"):
+        build_priority_plan("eth0", 2, "100mbit", ack_priority="first")
 
 
 def test_unshaped_plans_keep_the_ack_filter_with_u32_and_say_why_not_with_flower():
     prio_u32 = build_priority_plan("eth0", 2, None, Capabilities(frozenset({"prio"}), frozenset({"u32"})),
-                                   ack_priority=True)
-    assert [op.flowid for op in prio_u32.ops if isinstance(op, AckFilterOp)] == ["1:1", "1:1"]
+                                   ack_priority="own")
+    assert [op.flowid for op in prio_u32.ops if isinstance(op, AckFilterOp)] == ["1:1", "1:1"]  # no band above
+    assert any("top band" in note for note in prio_u32.notes)
     flower = build_priority_plan("eth0", 2, None, Capabilities(frozenset({"ets"}), frozenset({"flower"})),
                                  ack_priority=True)
     assert not [op for op in flower.ops if isinstance(op, AckFilterOp)]
@@ -100,41 +116,49 @@ class NetnsShell:
 
 
 def _packets(netns: str, dev: str) -> dict[str, int]:
-    return {c.name: c.packets for c in read_class_counters(dev, netns)}
+    """Packets sent per leaf class id, the ACK class 1:f included (`tc -s class show`: HTB prints text only)."""
+    text = subprocess.run(["tc", "-n", netns, "-s", "class", "show", "dev", dev], capture_output=True, text=True,
+                          check=True).stdout
+    packets, leaf = {}, None
+    for words in (line.split() for line in text.splitlines()):
+        if words[:2] == ["class", "htb"]:
+            leaf = words[2] if "leaf" in words else None
+        elif words[:1] == ["Sent"] and leaf:
+            packets[leaf] = int(words[words.index("pkt") - 1])
+    return packets
 
 
 @pytest.mark.root
-@pytest.mark.parametrize("ack_priority", [True, False])
-def test_pure_acks_of_a_low_class_transfer_ride_in_the_top_class(veth_pair, ack_priority):
+@pytest.mark.parametrize("mode, ack_class", [("own", "1:f"), ("top", "1:10"), ("off", "1:11")])
+@pytest.mark.parametrize("data_dscp", [0, 46])
+def test_pure_acks_of_a_real_transfer_land_in_the_ack_class(veth_pair, mode, ack_class, data_dscp):
     pair = veth_pair
-    # Data flows left -> right in the low class (DSCP 0); the right side's egress carries its ACKs.
-    install_priority_queues(pair.right_dev, 2, "100mbit", pair.right_ns, ack_priority=ack_priority)
+    # Data flows left -> right (low class with DSCP 0, high with 46); the right side's egress carries its ACKs,
+    # which the receiving socket marks with its own DSCP 0.
+    install_priority_queues(pair.right_dev, 2, "100mbit", pair.right_ns, ack_priority=mode)
     filters = subprocess.run(["tc", "-n", pair.right_ns, "filter", "show", "dev", pair.right_dev],
                              capture_output=True, text=True, check=True).stdout
-    assert ("match 10000000/3f000000 at 33" in filters) == ack_priority
+    assert ("match 10000000/3f000000 at 33" in filters) == (mode != "off")
     before = _packets(pair.right_ns, pair.right_dev)
-    assert send_tcp(pair, dscp=0, size=4_000_000) == 4_000_000
+    assert send_tcp(pair, dscp=data_dscp, size=4_000_000) == 4_000_000
     # GRO coalesces the receiver's segments, so it ACKs ~one per 64 KB: ~50 ACKs for 4 MB
     assert wait_for(lambda: sum(_packets(pair.right_ns, pair.right_dev).values()) - sum(before.values()) >= 20)
-    after = _packets(pair.right_ns, pair.right_dev)
-    high, low = after["high"] - before["high"], after["low"] - before["low"]
-    if ack_priority:  # every pure ACK on top; only the SYN-ACK and FIN (not pure ACKs) stay low
-        assert high >= 20 and low <= 4, (high, low)
-    else:
-        assert low >= 20 and high == 0, (high, low)
+    grown = {cid: n - before.get(cid, 0) for cid, n in _packets(pair.right_ns, pair.right_dev).items()}
+    # every pure ACK in its class; only the SYN-ACK and the FIN (not pure ACKs) elsewhere
+    assert grown[ack_class] >= 20 and sum(grown.values()) - grown[ack_class] <= 4, grown
 
 
 @pytest.mark.root
 def test_a_plan_with_ack_filters_verifies_and_restores(veth_pair):
     pair = veth_pair
     shell = NetnsShell(pair.left_ns)
-    plan = build_priority_plan(pair.left_dev, 4, "100mbit", ack_priority=True)
+    plan = build_priority_plan(pair.left_dev, 4, "100mbit", ack_priority="own")
     # as geryon.netconf.linuxapply applies a plan: tc -batch, then read back and compare
     batch = "\n".join(line[len("tc "):] for line in plan.commands()) + "\n"
     shell.check(f"tc qdisc del dev {pair.left_dev} root 2>/dev/null; tc -batch -", stdin=batch)
     assert read_state(shell, pair.left_dev).canonical() == plan_canonical(plan)
     # as the emulated cluster applies it (pyroute2 packs keys at byte offsets): a saved state that restores
-    install_priority_queues(pair.left_dev, 4, "100mbit", pair.left_ns, ack_priority=True)
+    install_priority_queues(pair.left_dev, 4, "100mbit", pair.left_ns, ack_priority="own")
     saved = read_state(shell, pair.left_dev)
     assert len(saved.filters) == 8 and sum(len(f["keys"]) > 1 for f in saved.filters) == 2
     shell.check(f"tc qdisc del dev {pair.left_dev} root")
@@ -161,11 +185,11 @@ def test_the_emulated_cluster_puts_acks_on_top_on_hosts_and_switch_ports(unique_
 
     ack_key = "match 10000000/3f000000 at 33"
     with EmulatedCluster(unique_name, hosts=2) as cluster:
-        assert cluster.describe()["ack_priority"] is DEFAULT_ACK_PRIORITY
-        assert EmulatedCluster.from_record(unique_name).ack_priority is DEFAULT_ACK_PRIORITY
+        assert cluster.describe()["ack_priority"] == DEFAULT_ACK_PRIORITY
+        assert EmulatedCluster.from_record(unique_name).ack_priority == DEFAULT_ACK_PRIORITY
         for netns, dev in [(cluster.host("h1").netns, "eth0"), cluster.switch_port("h2")]:
-            assert (ack_key in _filters(netns, dev)) is DEFAULT_ACK_PRIORITY
-    with EmulatedCluster(unique_name, hosts=2, ack_priority=False) as cluster:
+            assert (ack_key in _filters(netns, dev)) == (DEFAULT_ACK_PRIORITY != "off")
+    with EmulatedCluster(unique_name, hosts=2, ack_priority="off") as cluster:
         assert ack_key not in _filters(*cluster.switch_port("h2"))
-    with EmulatedCluster(unique_name, hosts=2, priority=False, ack_priority=True) as cluster:
-        assert cluster.ack_priority is False and "u32" not in _filters(*cluster.switch_port("h2"))
+    with EmulatedCluster(unique_name, hosts=2, priority=False, ack_priority="own") as cluster:
+        assert cluster.ack_priority == "off" and "u32" not in _filters(*cluster.switch_port("h2"))

@@ -49,6 +49,7 @@ from geryon.bench.emulated import BASE_PORT, gloo_placements, ring_placements, r
 from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY
 from geryon.emulate.fabric import DEFAULT_MTU
 from geryon.errors import ConfigError, TransportError
+from geryon.netconf.plan import ACK_MODES
 from geryon.rates import parse_rate
 from geryon.safefiles import create_exclusive
 from geryon.transport.config import TransportConfig
@@ -57,7 +58,7 @@ from geryon.transport.policy import POLICIES
 
 def _print(args, record: dict) -> None:
     if "bw" in record:
-        record = {**record, "mtu": args.mtu, "ack_priority": args.ack_priority == "on"}
+        record = {**record, "mtu": args.mtu, "ack_priority": args.ack_priority}
     if args.json:
         print(json.dumps(record), flush=True)
     else:
@@ -71,7 +72,7 @@ def _cluster(hosts: int, args, default_congestion: bool = False):
     from geryon.emulate import EmulatedCluster
     return EmulatedCluster("b" + uuid.uuid4().hex[:5], hosts=hosts, bw=args.bw,
                            tcp_congestion=args.congestion if default_congestion else None, mtu=args.mtu,
-                           ack_priority=args.ack_priority == "on")
+                           ack_priority=args.ack_priority)
 
 
 def _dscp_of(policy: str) -> int:
@@ -397,9 +398,9 @@ def _shared(parser) -> None:
     parser.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                         help=f"MTU of every emulated link, for every system alike (default {DEFAULT_MTU}; "
                         "9000: jumbo frames)")
-    parser.add_argument("--ack-priority", choices=("on", "off"), default="on" if DEFAULT_ACK_PRIORITY else "off",
-                        help="TCP pure ACKs in the top class of every emulated egress, for every system alike "
-                        f"(default {'on' if DEFAULT_ACK_PRIORITY else 'off'})")
+    parser.add_argument("--ack-priority", choices=ACK_MODES, default=DEFAULT_ACK_PRIORITY,
+                        help="TCP pure ACKs on every emulated egress, for every system alike: off, top (the top "
+                        f"class) or own (a class above it; default {DEFAULT_ACK_PRIORITY})")
     parser.add_argument("--slice-bytes", type=int, default=TransportConfig.slice_bytes)
     parser.add_argument("--congestion", default=None, help="TCP congestion control, e.g. cubic or bbr")
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,

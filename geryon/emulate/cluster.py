@@ -20,6 +20,7 @@ from geryon.emulate.topology import (SUBNET, Topology, build_topology, check_hos
                                      netns_prefix)
 from geryon.errors import ConfigError, EmulationError, NameInUse, PermissionNeeded
 from geryon.netconf import (PriorityClass, install_priority_queues, install_shaping, parse_classes)
+from geryon.netconf.plan import parse_ack_priority
 from geryon.rates import format_rate, parse_rate
 
 log = logging.getLogger(__name__)
@@ -67,28 +68,28 @@ def _read_proc(path: str) -> str:
         return "unknown"
 
 
-# Whether TCP pure ACKs ride in the top class of every priority-queued egress (host and switch port),
-# so that a receiver's ACKs never wait behind bulk data going the other way (geryon.netconf.plan.AckFilterOp).
-# Measured in docs/transport-profile.md, "Sixth session".
-DEFAULT_ACK_PRIORITY = True
+# Where TCP pure ACKs ride on every priority-queued egress (host and switch port), so that a receiver's
+# ACKs do not wait behind bulk data going the other way: "off", "top" (the top priority class) or "own" (a
+# class above it; geryon.netconf.plan). Measured in docs/transport-profile.md, "Sixth session".
+DEFAULT_ACK_PRIORITY = "own"
 
 
 class EmulatedCluster:
     """N hosts in namespaces behind a switch; every link shaped at `bw` with priority queues.
 
-    With priority queues, `ack_priority` (default DEFAULT_ACK_PRIORITY) also puts TCP pure ACKs into the
-    top class on every egress; the shaping-only cluster (`priority=False`) has one class and no filter."""
+    With priority queues, `ack_priority` (default DEFAULT_ACK_PRIORITY; see `parse_ack_priority`) also
+    lifts TCP pure ACKs on every egress; the shaping-only cluster (`priority=False`) has one FIFO, no filter."""
 
     def __init__(self, name: str, hosts: int = 3, bw: int | str = "100mbit", classes=None,
                  priority: bool = True, topology: str = "star", tcp_congestion: str | None = None,
                  uplink_fraction: float | None = None, offload: bool = True, mtu: int = fabric.DEFAULT_MTU,
-                 ack_priority: bool = DEFAULT_ACK_PRIORITY):
+                 ack_priority: "bool | str" = DEFAULT_ACK_PRIORITY):
         self.name = check_name(name)
         check_host_count(hosts)
         self.rate = parse_rate(bw)
         self.classes = parse_classes(classes)
         self.priority = bool(priority)
-        self.ack_priority = bool(ack_priority) and self.priority
+        self.ack_priority = parse_ack_priority(ack_priority) if self.priority else "off"
         self.tcp_congestion = tcp_congestion
         self.offload = bool(offload)
         self.mtu = check_mtu(mtu)
@@ -206,7 +207,7 @@ class EmulatedCluster:
                       tcp_congestion=record.get("tcp_congestion"),
                       uplink_fraction=record.get("uplink_fraction"), offload=record.get("offload", True),
                       mtu=record.get("mtu", fabric.DEFAULT_MTU),
-                      ack_priority=record.get("ack_priority", False))
+                      ack_priority=record.get("ack_priority", "off"))
         cluster._up = cluster._owned = True
         cluster._builder_pid = record.get("pid", cluster._builder_pid)
         return cluster

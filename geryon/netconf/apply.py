@@ -24,12 +24,13 @@ _PYROUTE2_FILTERS = {"u32"}
 
 
 def install_priority_queues(dev: str, classes=None, rate: "int | str | None" = None,
-                            netns: str | None = None, ack_priority: bool = False) -> QueuePlan:
+                            netns: str | None = None, ack_priority: "bool | str" = False) -> QueuePlan:
     """Program strict priority queues on dev's egress and return the applied plan.
 
     HTB at `rate` with one class per priority and u32 DSCP filters; with rate None, an unshaped prio/ets
-    qdisc where the kernel has one (else HTB at a rate that never binds). With `ack_priority`, TCP pure
-    ACKs go to the top class (see `AckFilterOp`). Raises InterfaceNotFound.
+    qdisc where the kernel has one (else HTB at a rate that never binds). With `ack_priority` ('top',
+    'own' or True), TCP pure ACKs go to the top class or to one above it (see `AckFilterOp`). Raises
+    InterfaceNotFound.
     """
     _require_root()
     ipr, index = open_device(dev, netns)  # check before probing capabilities or building anything
