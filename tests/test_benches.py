@@ -45,13 +45,16 @@ def test_bench_allreduce_runs_both_systems_at_the_asked_mtu():
     records = _bench("allreduce", "--workers", "2", "--sizes", "1e5", "--iters", "1", "--congestion", "reno",
                      "--mtu", "9000")
     assert len(records) == 1 and records[0]["mtu"] == 9000 and records[0]["ratio_vs_gloo"] > 0
+    assert records[0]["ack_priority"] == "own"  # the emulated cluster's default, for gloo and geryon alike
     assert records[0]["header_floor_vs_line_rate"] == pytest.approx(9014 / 8948)
 
 
 def test_bench_transport_ps_grid_times_only_the_iterations_after_its_warmup():
     records = _bench("transport", "--ps", "2x2", "--size-mb", "1", "--iters", "1", "--warmup", "1",
-                     "--congestion", "reno")
+                     "--congestion", "reno", "--ack-priority", "top")
     grid = [r for r in records if r["system"] == "ps-2x2"]
     assert len(grid) == 1 and grid[0]["warmup"] == 1 and grid[0]["mtu"] == 1500 and len(grid[0]["all_seconds"]) == 1
+    assert grid[0]["ack_priority"] == "top" and len(grid[0]["timeouts_per_host"]) == 2
+    assert all(counters["out_segs"] > 0 for counters in grid[0]["tcp_counters"].values())
     assert grid[0]["seconds"] <= grid[0]["per_worker_max_seconds"][0] + 1e-3   # the period never counts the skew
     assert grid[0]["ratio_vs_iperf3_bidir_sum"] > 0 and grid[0]["server_cpu_s_per_gb"] > 0

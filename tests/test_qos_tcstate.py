@@ -56,8 +56,9 @@ def test_restore_commands_rebuild_the_state():
     assert lines[1] == "tc qdisc add dev eth0 root handle 1: htb default 11"
     assert lines[2].startswith("tc class add dev eth0 parent 1: classid 1:1 htb rate 100000000bit")
     assert "tc qdisc add dev eth0 parent 1:10 handle 10: pfifo limit 1000" in lines
-    # filters in dump order (the kernel numbers hash tables as they come): the packed key via pyroute2 first
-    assert lines[-2].startswith("/opt/py -c ") and "0xb8000000/0xfc000000+1" in lines[-2]
+    # filters in dump order (the kernel numbers hash tables as they come): the packed key via pyroute2 first,
+    # one key per masked byte (geryon.netconf.plan.pyroute2_keys)
+    assert lines[-2].startswith("/opt/py -c ") and "0xb8/0xfc+1" in lines[-2]
     assert lines[-1] == ("tc filter add dev eth0 parent 1: protocol ipv6 pref 2 u32 match u32 0x0b800000 0x0fc00000 "
                          "at 0 flowid 1:10")
 

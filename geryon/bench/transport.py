@@ -44,9 +44,12 @@ import tempfile
 import time
 import uuid
 
+from geryon.bench import tcpstats
 from geryon.bench.emulated import BASE_PORT, gloo_placements, ring_placements, role_argv, run_roles
+from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY
 from geryon.emulate.fabric import DEFAULT_MTU
 from geryon.errors import ConfigError, TransportError
+from geryon.netconf.plan import ACK_MODES
 from geryon.rates import parse_rate
 from geryon.safefiles import create_exclusive
 from geryon.transport.config import TransportConfig
@@ -55,7 +58,7 @@ from geryon.transport.policy import POLICIES
 
 def _print(args, record: dict) -> None:
     if "bw" in record:
-        record = {**record, "mtu": args.mtu}
+        record = {**record, "mtu": args.mtu, "ack_priority": args.ack_priority}
     if args.json:
         print(json.dumps(record), flush=True)
     else:
@@ -68,7 +71,8 @@ def _cluster(hosts: int, args, default_congestion: bool = False):
     which cannot pick its sockets' congestion control)."""
     from geryon.emulate import EmulatedCluster
     return EmulatedCluster("b" + uuid.uuid4().hex[:5], hosts=hosts, bw=args.bw,
-                           tcp_congestion=args.congestion if default_congestion else None, mtu=args.mtu)
+                           tcp_congestion=args.congestion if default_congestion else None, mtu=args.mtu,
+                           ack_priority=args.ack_priority)
 
 
 def _dscp_of(policy: str) -> int:
@@ -214,7 +218,10 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
                                                    addresses, "--sizes", size, "--iters", args.iters,
                                                    "--warmup", args.warmup, "--policy", policy, *_common(args)))
                            for w in range(workers)]
+            host_names = [f"h{h + 1}" for h in range(hosts)]
+            counters_before = tcpstats.read_all(cluster, host_names)
             records = run_roles(cluster, placements)
+            tcp = tcpstats.deltas(counters_before, tcpstats.read_all(cluster, host_names))
             periods = _coflow_periods(records[servers:])
             per_worker = _iteration_seconds(records[servers:])
             seconds = _median(periods)
@@ -233,7 +240,9 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
                           "per_worker_max_ratio_vs_iperf3_bidir_sum":
                               wire * 8 / _median(per_worker) / baseline["goodput_bps"],
                           "cpu_s_per_gb": _per_gb(_cpu_seconds(records[servers:]), wire * args.iters) + server_cpu,
-                          "server_cpu_s_per_gb": server_cpu})
+                          "server_cpu_s_per_gb": server_cpu,
+                          # per host, over the roles' whole run (warm-up included): RTOs, probes, undos
+                          "timeouts_per_host": [tcp[h]["timeouts"] for h in host_names], "tcp_counters": tcp})
 
 
 def bench_transport(args) -> int:
@@ -389,6 +398,9 @@ def _shared(parser) -> None:
     parser.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                         help=f"MTU of every emulated link, for every system alike (default {DEFAULT_MTU}; "
                         "9000: jumbo frames)")
+    parser.add_argument("--ack-priority", choices=ACK_MODES, default=DEFAULT_ACK_PRIORITY,
+                        help="TCP pure ACKs on every emulated egress, for every system alike: off, top (the top "
+                        f"class) or own (a class above it; default {DEFAULT_ACK_PRIORITY})")
     parser.add_argument("--slice-bytes", type=int, default=TransportConfig.slice_bytes)
     parser.add_argument("--congestion", default=None, help="TCP congestion control, e.g. cubic or bbr")
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,

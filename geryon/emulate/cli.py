@@ -1,7 +1,7 @@
 """`geryon emulate ...`: bring emulated clusters up, run commands in their hosts, list and remove them.
 
     geryon emulate up --name demo --hosts 3 --bw 100mbit [--classes high:46,low:0] [--no-priority]
-                      [--topology star|leafspine] [--no-offload] [--mtu 9000]
+                      [--topology star|leafspine] [--no-offload] [--mtu 9000] [--ack-priority off|top|own]
                       [--sshd]   # prints the cluster as JSON; it stays up; --sshd: sshd everywhere
                                  # plus an inventory for `geryon cluster`
     geryon emulate exec demo h1 -- iperf3 -c 10.199.0.2  # exit code passes through
@@ -18,9 +18,10 @@ import sys
 
 from geryon.emulate import fabric, state
 from geryon.emulate.clean import clean, cluster_of
-from geryon.emulate.cluster import EmulatedCluster, exec_argv, require_root
+from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY, EmulatedCluster, exec_argv, require_root
 from geryon.emulate.topology import MAX_HOSTS, MIN_HOSTS, TOPOLOGIES, check_name, netns_prefix
 from geryon.errors import ConfigError
+from geryon.netconf.plan import ACK_MODES
 
 
 def add_commands(commands, bench) -> None:
@@ -45,6 +46,9 @@ def add_commands(commands, bench) -> None:
                     help="turn segmentation offload off (MTU-sized packets in every queue; costs CPU)")
     up.add_argument("--mtu", type=int, default=fabric.DEFAULT_MTU,
                     help=f"MTU of every link (default {fabric.DEFAULT_MTU}; 9000: jumbo frames)")
+    up.add_argument("--ack-priority", choices=ACK_MODES, default=DEFAULT_ACK_PRIORITY,
+                    help="TCP pure ACKs on every egress: off, top (the top class) or own (a class above it; "
+                    f"default {DEFAULT_ACK_PRIORITY})")
     up.add_argument("--sshd", action="store_true",
                     help="start a real sshd in every host and switch and write an inventory for `geryon cluster`")
     up.set_defaults(func=cmd_up)
@@ -90,7 +94,8 @@ def cmd_up(args) -> int:
     cluster = EmulatedCluster(args.name, hosts=args.hosts, bw=args.bw, classes=args.classes,
                               priority=not args.no_priority, topology=args.topology,
                               tcp_congestion=args.tcp_congestion, uplink_fraction=args.uplink_fraction,
-                              offload=not args.no_offload, mtu=args.mtu)
+                              offload=not args.no_offload, mtu=args.mtu,
+                              ack_priority=args.ack_priority)
     cluster.up()
     description = cluster.describe()
     if getattr(args, "sshd", False):

@@ -20,6 +20,7 @@ from geryon.emulate.topology import (SUBNET, Topology, build_topology, check_hos
                                      netns_prefix)
 from geryon.errors import ConfigError, EmulationError, NameInUse, PermissionNeeded
 from geryon.netconf import (PriorityClass, install_priority_queues, install_shaping, parse_classes)
+from geryon.netconf.plan import parse_ack_priority
 from geryon.rates import format_rate, parse_rate
 
 log = logging.getLogger(__name__)
@@ -67,17 +68,28 @@ def _read_proc(path: str) -> str:
         return "unknown"
 
 
+# Where TCP pure ACKs ride on every priority-queued egress (host and switch port), so that a receiver's
+# ACKs do not wait behind bulk data going the other way: "off", "top" (the top priority class) or "own" (a
+# class above it; geryon.netconf.plan). Measured in docs/transport-profile.md, "Sixth session".
+DEFAULT_ACK_PRIORITY = "own"
+
+
 class EmulatedCluster:
-    """N hosts in namespaces behind a switch; every link shaped at `bw` with priority queues."""
+    """N hosts in namespaces behind a switch; every link shaped at `bw` with priority queues.
+
+    With priority queues, `ack_priority` (default DEFAULT_ACK_PRIORITY; see `parse_ack_priority`) also
+    lifts TCP pure ACKs on every egress; the shaping-only cluster (`priority=False`) has one FIFO, no filter."""
 
     def __init__(self, name: str, hosts: int = 3, bw: int | str = "100mbit", classes=None,
                  priority: bool = True, topology: str = "star", tcp_congestion: str | None = None,
-                 uplink_fraction: float | None = None, offload: bool = True, mtu: int = fabric.DEFAULT_MTU):
+                 uplink_fraction: float | None = None, offload: bool = True, mtu: int = fabric.DEFAULT_MTU,
+                 ack_priority: "bool | str" = DEFAULT_ACK_PRIORITY):
         self.name = check_name(name)
         check_host_count(hosts)
         self.rate = parse_rate(bw)
         self.classes = parse_classes(classes)
         self.priority = bool(priority)
+        self.ack_priority = parse_ack_priority(ack_priority) if self.priority else "off"
         self.tcp_congestion = tcp_congestion
         self.offload = bool(offload)
         self.mtu = check_mtu(mtu)
@@ -125,7 +137,8 @@ class EmulatedCluster:
         for link in self.topology.links:
             for end in (link.a, link.b):
                 if self.priority:
-                    install_priority_queues(end.dev, self.classes, rate=link.rate, netns=end.netns)
+                    install_priority_queues(end.dev, self.classes, rate=link.rate, netns=end.netns,
+                                            ack_priority=self.ack_priority)
                 else:
                     install_shaping(end.dev, link.rate, netns=end.netns)
 
@@ -193,7 +206,8 @@ class EmulatedCluster:
                       priority=record["priority"], topology=record["topology"],
                       tcp_congestion=record.get("tcp_congestion"),
                       uplink_fraction=record.get("uplink_fraction"), offload=record.get("offload", True),
-                      mtu=record.get("mtu", fabric.DEFAULT_MTU))
+                      mtu=record.get("mtu", fabric.DEFAULT_MTU),
+                      ack_priority=record.get("ack_priority", "off"))
         cluster._up = cluster._owned = True
         cluster._builder_pid = record.get("pid", cluster._builder_pid)
         return cluster
@@ -244,6 +258,7 @@ class EmulatedCluster:
             "rate": self.rate,
             "rate_text": format_rate(self.rate),
             "priority": self.priority,
+            "ack_priority": self.ack_priority,
             "queues": "priority" if self.priority else "shaping",
             "classes": [{"name": c.name, "dscp": c.dscp} for c in self.classes],
             "tcp_congestion": self.tcp_congestion,
@@ -263,4 +278,4 @@ class EmulatedCluster:
 
     def __repr__(self) -> str:
         return (f"EmulatedCluster({self.name!r}, hosts={len(self.hosts)}, bw={format_rate(self.rate)!r}, "
-                f"topology={self.topology.kind!r}, priority={self.priority})")
+                f"topology={self.topology.kind!r}, priority={self.priority}, ack_priority={self.ack_priority})")

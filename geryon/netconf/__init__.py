@@ -27,14 +27,14 @@ from geryon.netconf.capabilities import Capabilities, detect_capabilities
 from geryon.netconf.classes import (MAX_CLASSES, PriorityClass, default_classes, format_classes,
                                     parse_classes, validate_classes)
 from geryon.netconf.counters import ClassCounters, counters_by_name, read_class_counters
-from geryon.netconf.plan import (ClassOp, FilterOp, QdiscOp, QueuePlan, build_priority_plan,
+from geryon.netconf.plan import (AckFilterOp, ClassOp, FilterOp, QdiscOp, QueuePlan, build_priority_plan,
                                  build_shaping_plan)
 from geryon.netconf.state import forget_netns_state
 from geryon.netconf.verify import DscpSniffer, MarkCount, SniffResult, sniff_dscp
 
 __all__ = [
     "MAX_CLASSES", "PriorityClass", "default_classes", "parse_classes", "validate_classes", "format_classes",
-    "QueuePlan", "QdiscOp", "ClassOp", "FilterOp", "build_priority_plan", "build_shaping_plan",
+    "QueuePlan", "QdiscOp", "ClassOp", "FilterOp", "AckFilterOp", "build_priority_plan", "build_shaping_plan",
     "Capabilities", "detect_capabilities",
     "install_priority_queues", "install_shaping", "remove_queues", "apply_plan",
     "ClassCounters", "read_class_counters", "counters_by_name", "forget_netns_state",

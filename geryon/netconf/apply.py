@@ -14,8 +14,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from geryon.errors import InterfaceNotFound, NetconfError, PermissionNeeded
 from geryon.netconf.capabilities import detect_capabilities
-from geryon.netconf.plan import (ClassOp, FilterOp, Operation, QdiscOp, QueuePlan, build_priority_plan,
-                                 build_shaping_plan, handle_to_int)
+from geryon.netconf.plan import (AckFilterOp, ClassOp, FilterOp, Operation, QdiscOp, QueuePlan,
+                                 build_priority_plan, build_shaping_plan, handle_to_int)
 from geryon.netconf.state import forget_plan_state, netns_inode, save_plan_state
 
 _PYROUTE2_QDISCS = {"htb", "pfifo"}
@@ -24,17 +24,19 @@ _PYROUTE2_FILTERS = {"u32"}
 
 
 def install_priority_queues(dev: str, classes=None, rate: "int | str | None" = None,
-                            netns: str | None = None) -> QueuePlan:
+                            netns: str | None = None, ack_priority: "bool | str" = False) -> QueuePlan:
     """Program strict priority queues on dev's egress and return the applied plan.
 
     HTB at `rate` with one class per priority and u32 DSCP filters; with rate None, an unshaped prio/ets
-    qdisc where the kernel has one (else HTB at a rate that never binds). Raises InterfaceNotFound.
+    qdisc where the kernel has one (else HTB at a rate that never binds). With `ack_priority` ('top',
+    'own' or True), TCP pure ACKs go to the top class or to one above it (see `AckFilterOp`). Raises
+    InterfaceNotFound.
     """
     _require_root()
     ipr, index = open_device(dev, netns)  # check before probing capabilities or building anything
     try:
         capabilities = detect_capabilities() if rate is None else None
-        plan = build_priority_plan(dev, classes, rate, capabilities, netns)
+        plan = build_priority_plan(dev, classes, rate, capabilities, netns, ack_priority=ack_priority)
         _replace(ipr, index, plan)
     finally:
         ipr.close()
@@ -123,6 +125,9 @@ def _apply_op(ipr: IPRoute, index: int, op: Operation, netns: str | None) -> Non
         elif isinstance(op, FilterOp) and op.kind in _PYROUTE2_FILTERS and op.action == "add":
             ipr.tc("add-filter", "u32", index=index, parent=handle_to_int(op.parent), prio=op.pref,
                    protocol=op.ethertype, target=handle_to_int(op.flowid), keys=[op.u32_key()])
+        elif isinstance(op, AckFilterOp) and op.action == "add":
+            ipr.tc("add-filter", "u32", index=index, parent=handle_to_int(op.parent), prio=op.pref,
+                   protocol=op.ethertype, target=handle_to_int(op.flowid), keys=op.u32_keys())
         else:
             _run_tc(op, netns)
     except NetlinkError as exc:

@@ -9,6 +9,10 @@ Layouts:
            `1:10`, `1:11`, ...; the highest gets ~99% guaranteed, the others share 1%; all may borrow up
            to 100%, and HTB serves lower `prio` numbers first, which makes the order strict. u32 filters
            map each non-default class's DSCP (IPv4 dsfield and IPv6 traffic class) to its class.
+           With `ack_priority`, two u32 filters ahead of them (prefs 1-2; the DSCP filters move to
+           3-4) send TCP pure ACKs, whatever their DSCP (`AckFilterOp`), either to the top priority
+           class ("top") or to a class of their own above every priority class ("own": `1:f`, HTB
+           prio 0, ACK_SHARE of the rate guaranteed, taken from the top class; the others' prio +1).
   prio/ets a strict-priority qdisc without shaping (real hosts, when no rate is wanted): bands `1:1`,
            `1:2`, ..., priomap sending unclassified traffic to the lowest band, the same DSCP filters.
   shaping  HTB at a rate with a single class and no priority (the "without queues" baseline).
@@ -19,7 +23,7 @@ from dataclasses import dataclass, field
 
 from geryon.netconf.capabilities import Capabilities
 from geryon.netconf.classes import PriorityClass, parse_classes
-from geryon.errors import RateError
+from geryon.errors import ConfigError, RateError
 from geryon.rates import parse_rate
 
 # Rate used when no shaping is wanted but the kernel only has HTB: high enough never to be the
@@ -33,6 +37,29 @@ ROOT = "1:"
 PARENT_CLASS = "1:1"
 _PRIOMAP_SLOTS = 16
 _PROTOCOLS = {"ip": 0x0800, "ipv6": 0x86DD}
+# A pure ACK (TCP, flags exactly ACK among URG/ACK/PSH/RST/SYN/FIN, no payload) is IPv4 20 + TCP 20 +
+# options <= 40 bytes: 52 with timestamps, 64-80 with timestamps and 1-3 SACK/DSACK blocks. "IPv4 total
+# length < 128" (mask 0xff80) keeps all of them (< 64 would miss every ACK carrying a SACK block, the
+# ones loss recovery waits for) and admits only data segments of < 48 payload bytes sent without PSH.
+# IPv6: payload length < 64 (TCP header and options, at most 60), next header TCP (no extension headers).
+ACK_IPV4_MAX_LEN = 128
+ACK_IPV6_MAX_PAYLOAD = 64
+ACK_MODES = ("off", "top", "own")  # no ACK filter; ACKs in the top class; ACKs in a class above it
+DEFAULT_ACK_MODE = "own"  # what ack_priority=True means
+ACK_CLASS_ID = "1:f"  # "own": below 1:10, so the priority classes keep their ids
+ACK_SHARE = 0.05  # "own": guaranteed to the ACK class (pure ACKs of a full reverse link take ~1-3%)
+
+
+def parse_ack_priority(value) -> str:
+    """'off', 'top' or 'own' from a mode name or a bool (True: DEFAULT_ACK_MODE); ConfigError otherwise."""
+    if value is None or value is False:
+        return "off"
+    if value is True:
+        return DEFAULT_ACK_MODE
+    if value in ACK_MODES:
+        return value
+    raise ConfigError(f"ack priority {value!r}: give one of {', '.join(ACK_MODES)} (off: no pure-ACK filter; top: "
+                      "pure ACKs in the top priority class; own: in a class of their own above it)")
 
 
 def handle_to_int(handle: str) -> int:
@@ -134,7 +161,68 @@ class FilterOp:
         return f"{(self.dscp << 2) << 20:#010x}/0x0fc00000+0"  # IPv6: version(4) class(8) label(20)
 
 
-Operation = QdiscOp | ClassOp | FilterOp
+@dataclass(frozen=True)
+class AckFilterOp:
+    """Send TCP pure ACKs of `protocol` to class `flowid` (the wondershaper rule), whatever their DSCP.
+
+    Matches TCP (IPv4 without IP options, or IPv6 without extension headers), the flag bits URG ACK PSH
+    RST SYN FIN equal to ACK alone (ECE/CWR ignored), and a small packet (ACK_IPV4_MAX_LEN /
+    ACK_IPV6_MAX_PAYLOAD). A receiver's ACKs then never queue behind bulk data on the way back.
+    """
+
+    dev: str
+    parent: str
+    protocol: str  # "ip" or "ipv6"
+    pref: int
+    flowid: str
+    action: str = "add"
+    kind = "u32"
+
+    def tc_args(self) -> list[str]:
+        if self.protocol == "ip":
+            match = ["match", "ip", "protocol", "6", "0xff", "match", "u8", "0x05", "0x0f", "at", "0",
+                     "match", "u16", "0x0000", f"{0x10000 - ACK_IPV4_MAX_LEN:#06x}", "at", "2",
+                     "match", "u8", "0x10", "0x3f", "at", "33"]
+        else:
+            match = ["match", "ip6", "protocol", "6", "0xff",
+                     "match", "u16", "0x0000", f"{0x10000 - ACK_IPV6_MAX_PAYLOAD:#06x}", "at", "4",
+                     "match", "u8", "0x10", "0x3f", "at", "53"]
+        return ["filter", self.action, "dev", self.dev, "parent", self.parent, "protocol", self.protocol,
+                "pref", str(self.pref), "u32", *match, "flowid", self.flowid]
+
+    @property
+    def ethertype(self) -> int:
+        return _PROTOCOLS[self.protocol]
+
+    def keys(self) -> list[tuple[int, int, int]]:
+        """The (value, mask, offset) 32-bit keys tc makes of `tc_args()`, offsets word-aligned."""
+        if self.protocol == "ip":  # version/IHL + total length; protocol; TCP data offset/flags/window
+            return [(0x05000000, 0x0F000000 | (0x10000 - ACK_IPV4_MAX_LEN), 0), (0x00060000, 0x00FF0000, 8),
+                    (0x00100000, 0x003F0000, 32)]
+        return [(0x00000600, ((0x10000 - ACK_IPV6_MAX_PAYLOAD) << 16) | 0xFF00, 4), (0x00100000, 0x003F0000, 52)]
+
+    def u32_keys(self) -> list[str]:
+        """The same match as pyroute2 keys (one per masked byte: see `pyroute2_keys`)."""
+        return pyroute2_keys(self.keys())
+
+
+def pyroute2_keys(keys) -> list[str]:
+    """u32 keys (value, mask, offset) as pyroute2 'value/mask+offset' strings, one per masked byte.
+
+    pyroute2 packs keys byte by byte and skips a zero mask byte inside a key without advancing the
+    offset (0x0f00ff80 would land its 0xff on byte 1): single bytes are always packed where they belong.
+    """
+    out = []
+    for value, mask, offset in keys:
+        for i in range(4):
+            shift = 24 - 8 * i
+            byte_mask = (mask >> shift) & 0xFF
+            if byte_mask:
+                out.append(f"{(value >> shift) & byte_mask:#04x}/{byte_mask:#04x}+{offset + i}")
+    return out
+
+
+Operation = QdiscOp | ClassOp | FilterOp | AckFilterOp
 
 
 @dataclass(frozen=True)
@@ -169,22 +257,25 @@ class QueuePlan:
 
 def build_priority_plan(dev: str, classes=None, rate: "int | str | None" = None,
                         capabilities: Capabilities | None = None, netns: str | None = None,
-                        queue_limit: int = QUEUE_LIMIT) -> QueuePlan:
+                        queue_limit: int = QUEUE_LIMIT, ack_priority: "bool | str" = False) -> QueuePlan:
     """Plan strict priority queues for `classes` on `dev`, shaped at `rate` (bits/s or '100mbit').
 
     With rate None and a kernel offering prio or ets plus u32 or flower, plan an unshaped
-    strict-priority qdisc; otherwise plan HTB (at UNSHAPED_RATE when rate is None).
+    strict-priority qdisc; otherwise plan HTB (at UNSHAPED_RATE when rate is None). With `ack_priority`
+    ('top', 'own' or True: see `parse_ack_priority`), TCP pure ACKs go to the top class or to one of their
+    own above it, matched before any DSCP filter.
     """
+    ack_priority = parse_ack_priority(ack_priority)
     classes = parse_classes(classes)
     caps = capabilities or Capabilities.baseline()
     if rate is None:
         qdisc, classifier = caps.strict_priority_qdisc(), caps.dscp_classifier()
         if qdisc and classifier:
-            return _strict_plan(dev, classes, qdisc, classifier, netns, queue_limit)
+            return _strict_plan(dev, classes, qdisc, classifier, netns, queue_limit, ack_priority)
         note = (f"no prio/ets qdisc with a DSCP classifier on this kernel: HTB at "
                 f"{format_tc_rate(UNSHAPED_RATE)} orders packets without shaping")
-        return _htb_plan(dev, classes, UNSHAPED_RATE, netns, queue_limit, notes=(note,))
-    return _htb_plan(dev, classes, parse_rate(rate), netns, queue_limit)
+        return _htb_plan(dev, classes, UNSHAPED_RATE, netns, queue_limit, (note,), ack_priority)
+    return _htb_plan(dev, classes, parse_rate(rate), netns, queue_limit, ack_priority=ack_priority)
 
 
 def build_shaping_plan(dev: str, rate: "int | str", netns: str | None = None,
@@ -219,29 +310,44 @@ def _class_rates(rate: int, count: int) -> list[int]:
     return [high] + [low] * (count - 1)
 
 
-def _htb_plan(dev, classes, rate, netns, queue_limit, notes=()) -> QueuePlan:
+def _htb_plan(dev, classes, rate, netns, queue_limit, notes=(), ack_priority="off") -> QueuePlan:
     class_ids = tuple(f"1:{0x10 + i:x}" for i in range(len(classes)))
     default_minor = class_ids[-1].split(":")[1]
     ops: list[Operation] = [
         QdiscOp(dev, "htb", ROOT, params=(("default", default_minor),)),
         ClassOp(dev, "htb", PARENT_CLASS, ROOT, _htb_class_params(rate, rate)),
     ]
-    for prio, (classid, class_rate) in enumerate(zip(class_ids, _class_rates(rate, len(classes)))):
+    own = ack_priority == "own"
+    ack_rate = max(int(rate * ACK_SHARE), MIN_CLASS_RATE) if own else 0
+    if own:
+        ops.append(ClassOp(dev, "htb", ACK_CLASS_ID, PARENT_CLASS, _htb_class_params(ack_rate, rate, 0)))
+    rates = _class_rates(rate, len(classes))
+    rates[0] -= ack_rate  # the ACK class's guarantee comes out of the top class's
+    for prio, (classid, class_rate) in enumerate(zip(class_ids, rates), start=int(own)):
         ops.append(ClassOp(dev, "htb", classid, PARENT_CLASS, _htb_class_params(class_rate, rate, prio)))
     ops += _leaves(dev, class_ids, queue_limit)
-    ops += _dscp_filters(dev, classes, class_ids, "u32")
+    if own:
+        ops.append(QdiscOp(dev, "pfifo", ACK_CLASS_ID.split(":")[1] + ":", ACK_CLASS_ID, (("limit", queue_limit),)))
+    ops += _filters(dev, classes, class_ids, "u32", ack_priority)
     return QueuePlan(dev, "htb", classes, class_ids, tuple(ops), rate, netns, tuple(notes))
 
 
-def _strict_plan(dev, classes, qdisc, classifier, netns, queue_limit) -> QueuePlan:
+def _strict_plan(dev, classes, qdisc, classifier, netns, queue_limit, ack_priority="off") -> QueuePlan:
     bands = max(len(classes), 2)  # prio needs at least two bands
     class_ids = tuple(f"1:{i + 1:x}" for i in range(len(classes)))
     priomap = (("priomap", (len(classes) - 1,) * _PRIOMAP_SLOTS),)
     params = (("bands", bands),) + ((("strict", bands),) if qdisc == "ets" else ()) + priomap
     ops: list[Operation] = [QdiscOp(dev, qdisc, ROOT, params=params)]
     ops += _leaves(dev, class_ids, queue_limit)
-    ops += _dscp_filters(dev, classes, class_ids, classifier)
-    return QueuePlan(dev, qdisc, classes, class_ids, tuple(ops), None, netns)
+    notes: tuple = ()
+    if ack_priority != "off" and classifier != "u32":
+        notes = ("no pure-ACK filter: it needs u32 (flower cannot match a packet's length)",)
+        ack_priority = "off"
+    elif ack_priority == "own":
+        notes = ("pure ACKs in the top band: a strict-priority qdisc here has no band above it",)
+        ack_priority = "top"
+    ops += _filters(dev, classes, class_ids, classifier, ack_priority)
+    return QueuePlan(dev, qdisc, classes, class_ids, tuple(ops), None, netns, notes)
 
 
 def _leaves(dev, class_ids, queue_limit) -> list[QdiscOp]:
@@ -249,10 +355,19 @@ def _leaves(dev, class_ids, queue_limit) -> list[QdiscOp]:
             for i, classid in enumerate(class_ids)]
 
 
-def _dscp_filters(dev, classes, class_ids, classifier) -> list[FilterOp]:
-    # The lowest class needs no filter: it is the qdisc's default. u32 wants one protocol per pref.
-    filters = []
-    for pref, protocol in ((1, "ip"), (2, "ipv6")):
+def _filters(dev, classes, class_ids, classifier, ack_priority) -> list:
+    """The pure-ACK filters (if asked, and their class is not the default one) then the DSCP filters.
+
+    The lowest class needs no filter: it is the qdisc's default. u32 wants one protocol per pref, and
+    tries lower prefs first, so the ACK filters take prefs 1-2 and the DSCP filters follow."""
+    filters: list = []
+    first_dscp_pref = 1
+    ack_class = ACK_CLASS_ID if ack_priority == "own" else class_ids[0]
+    if ack_priority != "off" and ack_class != class_ids[-1]:
+        filters += [AckFilterOp(dev, ROOT, protocol, pref, ack_class)
+                    for pref, protocol in ((1, "ip"), (2, "ipv6"))]
+        first_dscp_pref = 3
+    for pref, protocol in ((first_dscp_pref, "ip"), (first_dscp_pref + 1, "ipv6")):
         for cls, classid in zip(classes[:-1], class_ids[:-1]):
             filters.append(FilterOp(dev, ROOT, protocol, pref, cls.dscp, classid, classifier))
     return filters

@@ -1,12 +1,15 @@
 """A Linux device's egress configuration as read back from `tc`: saved, compared, and restored.
 
-`read_state(shell, dev)` dumps one device (qdiscs and u32 filters as `tc -j`, HTB classes as `tc -d` text,
-since iproute2 prints HTB classes only as text) into a `DeviceState`. Its `canonical()` lines are what
-apply compares — before and after, and against a `QueuePlan` (`plan_canonical`) to show the diff and to
-notice that applying again would change nothing. `restore_commands()` rebuilds the saved configuration;
-a state this module cannot rebuild (a qdisc kind it does not know) is refused when it is *saved*, before
-anything is touched. u32 keys at offsets tc cannot write (pyroute2 packs them byte-wise, e.g. DSCP at
-offset 1) are restored through pyroute2 on the host, so the dump afterwards is byte for byte the saved one.
+`read_state(shell, dev)` dumps one device (qdiscs as `tc -j`; HTB classes as `tc -d` text, since iproute2
+prints HTB classes only as text; u32 filters as text, since `tc -j` prints a filter's several keys as
+repeated "match" members of one JSON object, of which a parser keeps only the last) into a `DeviceState`.
+Its `canonical()` lines are what apply compares — before and after, and against a `QueuePlan`
+(`plan_canonical`) to show the diff and to notice that applying again would change nothing.
+`restore_commands()` rebuilds the saved configuration; a state this module cannot rebuild (a qdisc kind
+it does not know) is refused when it is *saved*, before anything is touched. u32 keys at offsets tc
+cannot write (pyroute2 packs them byte-wise, e.g. DSCP at offset 1) are restored through pyroute2 on the
+host, so the dump afterwards is byte for byte the saved one. A filter is a list of keys (value, mask,
+offset): one for a DSCP filter, several for a pure-ACK filter (`geryon.netconf.plan.AckFilterOp`).
 """
 
 import json
@@ -14,7 +17,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from geryon.errors import ApplyError
-from geryon.netconf.plan import ClassOp, FilterOp, QdiscOp, QueuePlan
+from geryon.netconf.plan import AckFilterOp, ClassOp, FilterOp, QdiscOp, QueuePlan, pyroute2_keys
 
 SEPARATOR = "----geryon----"
 _DEFAULT_ROOTS = {"noqueue", "pfifo_fast", "mq", "fq_codel", "fq", "sfq"}
@@ -26,7 +29,7 @@ _UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 def dump_command(dev: str) -> str:
     """One shell line printing the three dumps, separated (run on the host, inside its namespace)."""
     return (f"tc -j qdisc show dev {dev} && echo {SEPARATOR} && tc -d class show dev {dev} && "
-            f"echo {SEPARATOR} && tc -j filter show dev {dev}")
+            f"echo {SEPARATOR} && tc filter show dev {dev}")
 
 
 def tc_rate(bits: int) -> str:
@@ -52,7 +55,7 @@ class DeviceState:
     dev: str
     qdiscs: list = field(default_factory=list)
     classes: list = field(default_factory=list)  # dicts: kind classid parent leaf prio quantum rate ceil burst cburst
-    filters: list = field(default_factory=list)  # dicts: parent protocol pref value mask off flowid
+    filters: list = field(default_factory=list)  # dicts: parent protocol pref keys [{value mask off}] flowid
     raw: str = ""
 
     @property
@@ -79,7 +82,8 @@ class DeviceState:
 
     @classmethod
     def from_dict(cls, data: dict) -> "DeviceState":
-        return cls(data["dev"], data["qdiscs"], data["classes"], data["filters"], data.get("raw", ""))
+        return cls(data["dev"], data["qdiscs"], data["classes"], [_with_keys(f) for f in data["filters"]],
+                   data.get("raw", ""))
 
     def check_restorable(self) -> None:
         """ApplyError now (before anything changes) if restore_commands could not rebuild this state."""
@@ -116,14 +120,16 @@ class DeviceState:
                 raise self._unsupported(f"qdisc {kind} under {qdisc['parent']}")
         packed: list = []  # in dump order: the kernel numbers u32 hash tables (800:, 801:) as they come
         for f in self.filters:
-            if f["off"] % 4:
+            if any(key["off"] % 4 for key in f["keys"]):
                 packed.append(f)
                 continue
             if packed:
                 lines.append(_pyroute2_filters(dev, packed, python))
                 packed = []
+            matches = " ".join(f"match u32 0x{key['value']:08x} 0x{key['mask']:08x} at {key['off']}"
+                               for key in f["keys"])
             lines.append(f"tc filter add dev {dev} parent {f['parent']} protocol {f['protocol']} pref {f['pref']} "
-                         f"u32 match u32 0x{f['value']:08x} 0x{f['mask']:08x} at {f['off']} flowid {f['flowid']}")
+                         f"u32 {matches} flowid {f['flowid']}")
         if packed:
             lines.append(_pyroute2_filters(dev, packed, python))
         return lines
@@ -164,13 +170,14 @@ def _parents_first(classes: list) -> list:
 
 def _pyroute2_filters(dev: str, filters: list, python: str) -> str:
     specs = [{"parent": f["parent"], "proto": 0x0800 if f["protocol"] == "ip" else 0x86DD, "pref": f["pref"],
-              "key": f"0x{f['value']:08x}/0x{f['mask']:08x}+{f['off']}", "flowid": f["flowid"]} for f in filters]
+              "keys": pyroute2_keys([(k["value"], k["mask"], k["off"]) for k in f["keys"]]), "flowid": f["flowid"]}
+             for f in filters]
     script = ("import json,sys\nfrom pyroute2 import IPRoute\n"
               "h=lambda s:(int(s.split(':')[0] or '0',16)<<16)|int(s.split(':')[1] or '0',16)\n"
               "ipr=IPRoute();i=ipr.link_lookup(ifname=sys.argv[1])[0]\n"
               "for f in json.loads(sys.argv[2]):\n"
               " ipr.tc('add-filter','u32',index=i,parent=h(f['parent']),prio=f['pref'],protocol=f['proto'],"
-              "target=h(f['flowid']),keys=[f['key']])\n")
+              "target=h(f['flowid']),keys=f['keys'])\n")
     return f"{python} -c {shlex.quote(script)} {dev} {shlex.quote(json.dumps(specs))}"
 
 
@@ -193,8 +200,21 @@ def _class_line(c: dict, inner: bool) -> str:
 
 
 def _filter_line(f: dict) -> str:
-    return (f"filter {f['parent']} {f['protocol']} pref {f['pref']} u32 "
-            f"{f['value']:08x}/{f['mask']:08x} at {f['off']} flowid {f['flowid']}")
+    return _u32_line(f["parent"], f["protocol"], f["pref"], [(k["value"], k["mask"], k["off"]) for k in f["keys"]],
+                     f["flowid"])
+
+
+def _u32_line(parent: str, protocol: str, pref: int, keys, flowid: str) -> str:
+    matches = " ".join(f"{value:08x}/{mask:08x} at {off}" for value, mask, off in sorted(keys, key=lambda k: k[2]))
+    return f"filter {parent} {protocol} pref {pref} u32 {matches} flowid {flowid}"
+
+
+def _with_keys(f: dict) -> dict:
+    """A filter record with its `keys` list (records saved before filters had several keys had one key)."""
+    if "keys" in f:
+        return f
+    rest = {k: v for k, v in f.items() if k not in ("value", "mask", "off")}
+    return {**rest, "keys": [{"value": f["value"], "mask": f["mask"], "off": f["off"]}]}
 
 
 def parse_state(dev: str, text: str) -> DeviceState:
@@ -202,13 +222,20 @@ def parse_state(dev: str, text: str) -> DeviceState:
     parts = text.split(SEPARATOR)
     if len(parts) != 3:
         raise ApplyError(f"{dev}: unexpected `tc` output (is iproute2 installed there?): {text[:200]!r}")
+    json_filters = parts[2].strip().startswith("[")  # older dumps: `tc -j filter show`
     try:
         qdiscs = json.loads(parts[0] or "[]")
-        raw_filters = json.loads(parts[2] or "[]")
+        raw_filters = json.loads(parts[2]) if json_filters else []
     except ValueError as exc:
         raise ApplyError(f"{dev}: cannot read `tc -j` output: {exc}") from None
     root_handle = next((q["handle"] for q in qdiscs if q.get("root")), "1:")
     classes = [_parse_class(line, root_handle) for line in parts[1].splitlines() if line.startswith("class ")]
+    filters = _json_filters(dev, raw_filters) if json_filters else _text_filters(dev, parts[2])
+    return DeviceState(dev, qdiscs, classes, filters, text)
+
+
+def _json_filters(dev: str, raw_filters: list) -> list:
+    """Filters from a `tc -j filter show` dump (single-key u32 filters only: see the module docstring)."""
     filters = []
     for f in raw_filters:
         options = f.get("options", {})
@@ -216,12 +243,59 @@ def parse_state(dev: str, text: str) -> DeviceState:
         if not match:
             continue
         if isinstance(match, list) or "flowid" not in options:
-            raise ApplyError(f"{dev}: a u32 filter with several keys or without a flowid is not something geryon "
-                             "can restore; remove it by hand first")
+            raise _unrestorable_filter(dev)
         filters.append({"parent": f["parent"], "protocol": f["protocol"], "pref": f["pref"],
-                        "value": int(match["value"], 16), "mask": int(match["mask"], 16), "off": match["off"],
-                        "flowid": options["flowid"]})
-    return DeviceState(dev, qdiscs, classes, filters, text)
+                        "flowid": options["flowid"],
+                        "keys": [{"value": int(match["value"], 16), "mask": int(match["mask"], 16),
+                                  "off": match["off"]}]})
+    return filters
+
+
+def _text_filters(dev: str, text: str) -> list:
+    """Filters from a `tc filter show` dump: a 'filter ... fh X::Y ... flowid C' line per u32 node, then its
+    '  match VALUE/MASK at OFF' lines. Anything else under a node (actions, nexthdr offsets) is refused."""
+    filters: list = []
+    current = None
+    for line in text.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        if words[0] == "filter":
+            current = None
+            if "u32" not in words:
+                raise _unrestorable_filter(dev)
+            if not _node_handle(words):
+                continue  # the filter's head or its hash table, not a node with keys
+            flowid = next((w2 for w1, w2 in zip(words, words[1:]) if w1.lstrip("*") == "flowid"), None)
+            if flowid is None:
+                raise _unrestorable_filter(dev)
+            current = {"parent": _word_after(words, "parent"), "protocol": _word_after(words, "protocol"),
+                       "pref": int(_word_after(words, "pref")), "flowid": flowid, "keys": []}
+            filters.append(current)
+        elif words[0] == "match" and current is not None and len(words) == 4 and words[2] == "at" \
+                and words[3].isdigit():
+            value, _, mask = words[1].partition("/")
+            current["keys"].append({"value": int(value, 16), "mask": int(mask, 16), "off": int(words[3])})
+        elif current is not None:
+            raise _unrestorable_filter(dev)
+    if any(not f["keys"] for f in filters):
+        raise _unrestorable_filter(dev)
+    return filters
+
+
+def _node_handle(words: list[str]) -> bool:
+    """Whether a filter line is a u32 node (handle HT:BUCKET:NODE, e.g. 800::800), not a head or a table."""
+    handle = _word_after(words, "fh") or ""
+    return handle.count(":") == 2 and not handle.endswith(":")
+
+
+def _word_after(words: list[str], keyword: str) -> str | None:
+    return next((b for a, b in zip(words, words[1:]) if a == keyword), None)
+
+
+def _unrestorable_filter(dev: str) -> ApplyError:
+    return ApplyError(f"{dev}: a filter other than u32 matches with a flowid (actions, hashing, nexthdr offsets) is "
+                      "not something geryon can restore; remove it by hand first")
 
 
 def _parse_class(line: str, root_handle: str) -> dict:
@@ -276,6 +350,8 @@ def plan_canonical(plan: QueuePlan) -> list[str]:
             lines.append(line + f" rate {tc_rate(params['rate'])} ceil {tc_rate(params['ceil'])}")
         elif isinstance(op, FilterOp):
             shift = 16 if op.protocol == "ip" else 20
-            lines.append(f"filter {op.parent} {op.protocol} pref {op.pref} u32 "
-                         f"{(op.dscp << 2) << shift:08x}/{0xfc << shift:08x} at 0 flowid {op.flowid}")
+            lines.append(_u32_line(op.parent, op.protocol, op.pref, [((op.dscp << 2) << shift, 0xfc << shift, 0)],
+                                   op.flowid))
+        elif isinstance(op, AckFilterOp):
+            lines.append(_u32_line(op.parent, op.protocol, op.pref, op.keys(), op.flowid))
     return sorted(lines)
