@@ -116,6 +116,11 @@ def test_command_line_settings():
     assert off.compute_rt == 0
     with pytest.raises(ConfigError, match="compute_rt"):
         PaperSettings(compute_rt=100)
+    assert default.ack_priority == "own"                    # the emulated cluster's default, every policy alike
+    no_ack = settings_from_args(build_parser().parse_args(["bench", "paper", "--ack-priority", "off"]))
+    assert no_ack.ack_priority == "off"
+    with pytest.raises(ConfigError, match="ack priority"):
+        PaperSettings(ack_priority="sometimes")
 
 
 def test_the_replayed_compute_runs_real_time_only_inside_the_block():

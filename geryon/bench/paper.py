@@ -40,7 +40,9 @@ from geryon.bench.paper_math import (CALIBRATION_CELL, CLASS_THREAD_NICE, COMPUT
                                      PAPER_EFFICIENCY, PAPER_SLICING, PAPER_WORKERS, THREAD_RT_PRIORITY,
                                      PaperScale, calibration_step, cpu_share, make_row, read_proc_stat,
                                      rotated, summarize)
+from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY
 from geryon.errors import ConfigError
+from geryon.netconf.plan import parse_ack_priority
 from geryon.signals import sigterm_as_interrupt
 
 # compute scale calibrated on VGG-19 vanilla 10GbE (docs/paper-table.md); used when a run has no VGG-19
@@ -131,6 +133,7 @@ class PaperSettings:
     class_thread_nice: int = CLASS_THREAD_NICE   # TransportConfig.class_thread_nice of the roles
     thread_rt: int = THREAD_RT_PRIORITY     # TransportConfig.thread_rt_priority of the roles
     compute_rt: int = COMPUTE_RT_PRIORITY   # SCHED_RR priority of the workers' replayed compute
+    ack_priority: str = DEFAULT_ACK_PRIORITY  # pure ACKs on every emulated egress (EmulatedCluster)
 
     def __post_init__(self):
         for link in self.links:
@@ -140,6 +143,7 @@ class PaperSettings:
             raise ConfigError("need repetitions >= 1, iterations >= 1 and warmup >= 0")
         for name in self.policies:
             policy_transport(name, {})
+        parse_ack_priority(self.ack_priority)
         if not 0 <= self.compute_rt <= 99:
             raise ConfigError(f"compute_rt {self.compute_rt}: 0 (off) or a SCHED_RR priority 1..99")
         if self.pull not in PULL_MODES:
@@ -209,7 +213,7 @@ class PaperBench:
                  f"{2 * s.workers} role processes")
         with sigterm_as_interrupt(), EmulatedCluster(name, hosts=spec.hosts,
                                                      bw=scale.link_rate(LINKS[s.links[0]]),
-                                                     priority=True) as cluster:
+                                                     priority=True, ack_priority=s.ack_priority) as cluster:
             job = PaperJob(cluster, spec)
             try:
                 job.start()
