@@ -111,6 +111,39 @@ def test_command_line_settings():
         PaperSettings(links=("100gbe",))
     with pytest.raises(ConfigError):
         settings_from_args(build_parser().parse_args(["bench", "paper", "--model", "yolo"]))
+    assert default.compute_rt == default.thread_rt + 1      # the replayed GPU above every transport thread
+    off = settings_from_args(build_parser().parse_args(["bench", "paper", "--compute-rt", "0"]))
+    assert off.compute_rt == 0
+    with pytest.raises(ConfigError, match="compute_rt"):
+        PaperSettings(compute_rt=100)
+    assert default.ack_priority == "own"                    # the emulated cluster's default, every policy alike
+    no_ack = settings_from_args(build_parser().parse_args(["bench", "paper", "--ack-priority", "off"]))
+    assert no_ack.ack_priority == "off"
+    with pytest.raises(ConfigError, match="ack priority"):
+        PaperSettings(ack_priority="sometimes")
+
+
+def test_the_replayed_compute_runs_real_time_only_inside_the_block():
+    """`compute_priority(P)` makes the calling thread SCHED_RR at P for the block and normal after it;
+    0 leaves the thread alone; the role's flag accepts 0..99 only."""
+    import os
+
+    from geryon.bench.replay_roles import build_parser as role_parser, compute_priority
+
+    try:
+        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    except OSError as exc:
+        pytest.skip(f"real-time scheduling is refused here ({exc}): it needs CAP_SYS_NICE")
+    with compute_priority(3):
+        assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == (os.SCHED_RR, 3)
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+    with compute_priority(0):
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER
+    args = ["worker", "--workers", "2", "--servers", "2", "--model", "alexnet"]
+    assert role_parser().parse_args(args + ["--compute-rt", "3"]).compute_rt == 3
+    with pytest.raises(SystemExit):
+        role_parser().parse_args(args + ["--compute-rt", "100"])
 
 
 def test_byte_balanced_placement_evens_out_servers():

@@ -36,10 +36,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from geryon.bench.paper_job import JobSpec, PaperJob, role_cpu_seconds
-from geryon.bench.paper_math import (CALIBRATION_CELL, CLASS_THREAD_NICE, CONTROL, LINKS, PAPER_EFFICIENCY,
-                                     PAPER_SLICING, PAPER_WORKERS, THREAD_RT_PRIORITY, PaperScale, calibration_step,
-                                     cpu_share, make_row, read_proc_stat, rotated, summarize)
+from geryon.bench.paper_math import (CALIBRATION_CELL, CLASS_THREAD_NICE, COMPUTE_RT_PRIORITY, CONTROL, LINKS,
+                                     PAPER_EFFICIENCY, PAPER_SLICING, PAPER_WORKERS, THREAD_RT_PRIORITY,
+                                     PaperScale, calibration_step, cpu_share, make_row, read_proc_stat,
+                                     rotated, summarize)
+from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY
 from geryon.errors import ConfigError
+from geryon.netconf.plan import parse_ack_priority
 from geryon.signals import sigterm_as_interrupt
 
 # compute scale calibrated on VGG-19 vanilla 10GbE (docs/paper-table.md); used when a run has no VGG-19
@@ -129,6 +132,8 @@ class PaperSettings:
     pull: str = "end"                       # "end": pull asked after the last push; "ahead": with the first
     class_thread_nice: int = CLASS_THREAD_NICE   # TransportConfig.class_thread_nice of the roles
     thread_rt: int = THREAD_RT_PRIORITY     # TransportConfig.thread_rt_priority of the roles
+    compute_rt: int = COMPUTE_RT_PRIORITY   # SCHED_RR priority of the workers' replayed compute
+    ack_priority: str = DEFAULT_ACK_PRIORITY  # pure ACKs on every emulated egress (EmulatedCluster)
 
     def __post_init__(self):
         for link in self.links:
@@ -138,6 +143,9 @@ class PaperSettings:
             raise ConfigError("need repetitions >= 1, iterations >= 1 and warmup >= 0")
         for name in self.policies:
             policy_transport(name, {})
+        parse_ack_priority(self.ack_priority)
+        if not 0 <= self.compute_rt <= 99:
+            raise ConfigError(f"compute_rt {self.compute_rt}: 0 (off) or a SCHED_RR priority 1..99")
         if self.pull not in PULL_MODES:
             raise ConfigError(f"pull {self.pull!r}: choose {' or '.join(PULL_MODES)}")
         for congestion in self.congestions:
@@ -199,13 +207,13 @@ class PaperBench:
                        time_scale=scale.replay_time_scale, size_scale=s.size_scale,
                        spin_margin=s.spin_margin, threshold=s.threshold, nice=s.nice,
                        pull_ahead=s.pull == "ahead", class_thread_nice=s.class_thread_nice,
-                       thread_rt=s.thread_rt)
+                       thread_rt=s.thread_rt, compute_rt=s.compute_rt)
         name = "p" + uuid.uuid4().hex[:5]
         self.say(f"{model}: cluster {name}, {spec.hosts} hosts ({s.layout}), starting "
                  f"{2 * s.workers} role processes")
         with sigterm_as_interrupt(), EmulatedCluster(name, hosts=spec.hosts,
                                                      bw=scale.link_rate(LINKS[s.links[0]]),
-                                                     priority=True) as cluster:
+                                                     priority=True, ack_priority=s.ack_priority) as cluster:
             job = PaperJob(cluster, spec)
             try:
                 job.start()

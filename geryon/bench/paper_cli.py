@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import sys
 
-from geryon.bench.paper_math import CLASS_THREAD_NICE, LINKS, MODELS, THREAD_RT_PRIORITY
+from geryon.bench.paper_math import CLASS_THREAD_NICE, COMPUTE_RT_PRIORITY, LINKS, MODELS, THREAD_RT_PRIORITY
+from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY
 from geryon.errors import ConfigError
+from geryon.netconf.plan import ACK_MODES
 from geryon.rates import parse_rate
 
 
@@ -65,6 +67,13 @@ def add_commands(commands, bench) -> None:
                        help="SCHED_RR priority of the transport threads in every role, class c at this "
                             "- c (TransportConfig.thread_rt_priority; default 2, 0 = off): 16 role "
                             "processes share this machine's cores, where real hosts have their own")
+    paper.add_argument("--compute-rt", type=int, default=COMPUTE_RT_PRIORITY,
+                       help="SCHED_RR priority of each worker's replayed compute (default 3, above the "
+                            "transport threads; 0 = off): it stands for a GPU, which a real host's "
+                            "transport does not slow down")
+    paper.add_argument("--ack-priority", choices=ACK_MODES, default=DEFAULT_ACK_PRIORITY,
+                       help="TCP pure ACKs on every emulated egress, for every policy alike: off, top (the "
+                            f"top class) or own (a class above it; default {DEFAULT_ACK_PRIORITY})")
     paper.add_argument("--timeline", metavar="DIR", help="write a Chrome trace per (model, link, policy) here")
     paper.add_argument("--json", action="store_true", help="one JSON object per row on stdout")
     paper.add_argument("--out", metavar="DIR", help="write paper.json, paper.md and paper.png here")
@@ -101,7 +110,8 @@ def settings_from_args(args):
                          threshold=threshold, placement=args.placement, notsent_lowat=args.notsent_lowat,
                          timeline=args.timeline, control_rate=parse_rate(args.control_rate),
                          nice=args.nice, pull=args.pull, class_thread_nice=args.class_thread_nice,
-                         thread_rt=args.thread_rt)
+                         thread_rt=args.thread_rt, compute_rt=args.compute_rt,
+                         ack_priority=args.ack_priority)
 
 
 def _bench_paper(args) -> int:

@@ -52,6 +52,7 @@ class JobSpec:
     pull_ahead: bool = False         # pull asked with the first push (MXNet KVStore's per-key pull)
     class_thread_nice: int = 0       # TransportConfig.class_thread_nice of every role
     thread_rt: int = 0        # TransportConfig.thread_rt_priority of every role
+    compute_rt: int = 0       # SCHED_RR priority of the workers' replay (compute) thread; 0: normal
     nice: int = 0                    # scheduling niceness of the role processes (negative: ahead of others)
 
     def __post_init__(self):
@@ -70,6 +71,7 @@ class JobSpec:
                 "--timeout", self.timeout, "--spin-margin", self.spin_margin,
                 *(["--async-push"] if self.async_push else []),
                 "--class-thread-nice", self.class_thread_nice, "--thread-rt", self.thread_rt,
+                "--compute-rt", self.compute_rt,
                 *(["--pull-ahead"] if self.pull_ahead else [])]
 
 

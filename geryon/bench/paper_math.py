@@ -34,6 +34,10 @@ CLASS_THREAD_NICE = 10
 # role processes share 2 cores here, where a real host's transport has cores of its own
 # (docs/paper-table.md); the same for every policy (a single-flow policy's threads all get the top one)
 THREAD_RT_PRIORITY = 2
+# the workers' replayed compute stands for a GPU, which a real host's transport threads never slow
+# down: where allowed it runs SCHED_RR at this priority, above every transport thread
+# (docs/paper-table.md: with the bulk class real-time, the compute threads waited behind it)
+COMPUTE_RT_PRIORITY = THREAD_RT_PRIORITY + 1
 
 # The paper's figures live once, in geryon/sim/paper.py (keyed (link, model) there); here they are
 # keyed (model, link), and the slicing table names TicTac's column by our policy, `endhost`.

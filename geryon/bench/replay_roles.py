@@ -22,6 +22,9 @@ server answers a shard as soon as its update is made). Commands:
     drain    wait for the pulled parameters, leave the servers; answers the parameter digest and
              `applied` (see below)
     exit
+With `--compute-rt P` the replay thread runs SCHED_RR at P while it steps (compute included): the
+replayed compute stands for a GPU, which a real host's transport threads never delay, so where those
+threads are real-time (`--thread-rt`) the compute runs above them.
 A server holds its shards of every parameter in a `ParameterServer`. Commands:
     listen {threshold}   serve with that assignment on a fresh port; answers the port and digest
     drain                wait until every worker left, keep the shard values, close; answers `applied`
@@ -40,6 +43,7 @@ or applied twice anywhere shows up as an element off that value, reported as inc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -110,6 +114,25 @@ def run_queue_wait_s() -> tuple[float, float] | None:
         if tid == main:
             mine = waited
     return mine * 1e-9, total * 1e-9
+
+
+@contextlib.contextmanager
+def compute_priority(rt_priority: int):
+    """Run the calling thread SCHED_RR at `rt_priority` inside the block (0: leave it as it is), then
+    back to normal scheduling. Best effort: where real-time scheduling is refused, nothing changes.
+    Only the block is real-time, so threads started elsewhere by this one do not inherit it."""
+    if not rt_priority:
+        yield
+        return
+    try:
+        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(rt_priority))
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
 def _config(args, overrides: dict | None = None, tracer=None) -> TransportConfig:
@@ -240,7 +263,8 @@ class ReplayedWorker:
         self.blocked_s = 0.0
         waited = run_queue_wait_s()
         started = time.time()
-        seconds = self.model.step()
+        with compute_priority(self.args.compute_rt):
+            seconds = self.model.step()
         self.transport.next_iteration()
         record = {"seconds": seconds, "blocked_s": self.blocked_s, "start": started}
         now = run_queue_wait_s()
@@ -267,8 +291,9 @@ class ReplayedWorker:
         """Compute only (no transport): the seconds of each of `iterations` replayed steps."""
         self.offline = True
         try:
-            return {"seconds": [self.model.step() for _ in range(int(iterations))],
-                    "nominal_s": self.model.compute_s}
+            with compute_priority(self.args.compute_rt):
+                seconds = [self.model.step() for _ in range(int(iterations))]
+            return {"seconds": seconds, "nominal_s": self.model.compute_s}
         finally:
             self.offline = False
 
@@ -357,6 +382,13 @@ def serve_commands(role, handlers: dict) -> None:
             _reply(ok=False, error=f"{role} {op}: {type(exc).__name__}: {exc}")
 
 
+def _rt_priority(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 99:
+        raise argparse.ArgumentTypeError(f"{value}: 0 (normal scheduling) or a SCHED_RR priority 1..99")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m geryon.bench.replay_roles")
     parser.add_argument("role", choices=("worker", "server"))
@@ -383,6 +415,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="niceness added per class index to the flows' threads (TransportConfig)")
     parser.add_argument("--thread-rt", type=int, default=0,
                         help="SCHED_RR priority of the flows' threads, flow c at this - c (TransportConfig; 0 = off)")
+    parser.add_argument("--compute-rt", type=_rt_priority, default=0, metavar="0..99",
+                        help="SCHED_RR priority of the worker's replay thread while it steps (0 = normal "
+                             "scheduling): the replayed compute stands for a GPU, so where the transport's "
+                             "threads are real-time this keeps them from delaying it")
     parser.add_argument("--pull-ahead", action="store_true",
                         help="ask for the next parameters with the iteration's first push, not after the last")
     parser.add_argument("--job", type=int, default=4)
