@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from geryon.errors import ConfigError
+from geryon.errors import ConfigError, RateError
 from geryon.netconf import AckFilterOp, Capabilities, FilterOp, build_priority_plan, install_priority_queues
 from geryon.netconf.plan import pyroute2_keys
 from geryon.netconf.tcstate import parse_state, plan_canonical, read_state
@@ -54,6 +54,8 @@ def test_without_the_option_or_a_class_above_the_default_there_is_no_ack_filter(
     assert not [op for op in lone.ops if isinstance(op, (AckFilterOp, FilterOp))]
     with pytest.raises(ConfigError, match="off, top, own"):
         build_priority_plan("eth0", 2, "100mbit", ack_priority="first")
+    with pytest.raises(RateError, match="too low for a pure-ACK class"):
+        build_priority_plan("eth0", "only:0", "8kbit", ack_priority="own")
 
 
 def test_unshaped_plans_keep_the_ack_filter_with_u32_and_say_why_not_with_flower():
@@ -144,8 +146,9 @@ def test_pure_acks_of_a_real_transfer_land_in_the_ack_class(veth_pair, mode, ack
     # GRO coalesces the receiver's segments, so it ACKs ~one per 64 KB: ~50 ACKs for 4 MB
     assert wait_for(lambda: sum(_packets(pair.right_ns, pair.right_dev).values()) - sum(before.values()) >= 20)
     grown = {cid: n - before.get(cid, 0) for cid, n in _packets(pair.right_ns, pair.right_dev).items()}
-    # every pure ACK in its class; only the SYN-ACK and the FIN (not pure ACKs) elsewhere
-    assert grown[ack_class] >= 20 and sum(grown.values()) - grown[ack_class] <= 4, grown
+    # every pure ACK in its class; elsewhere only the SYN-ACK, the FIN and what the namespace sends by
+    # itself (ARP, IPv6 neighbour and router solicitations: 2-5 packets seen)
+    assert grown[ack_class] >= 20 and sum(grown.values()) - grown[ack_class] <= 10, grown
 
 
 @pytest.mark.root

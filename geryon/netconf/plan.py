@@ -323,6 +323,9 @@ def _htb_plan(dev, classes, rate, netns, queue_limit, notes=(), ack_priority="of
         ops.append(ClassOp(dev, "htb", ACK_CLASS_ID, PARENT_CLASS, _htb_class_params(ack_rate, rate, 0)))
     rates = _class_rates(rate, len(classes))
     rates[0] -= ack_rate  # the ACK class's guarantee comes out of the top class's
+    if rates[0] < MIN_CLASS_RATE:
+        raise RateError(f"rate {format_tc_rate(rate)} is too low for a pure-ACK class above {len(classes)} "
+                        "priority classes: give a higher rate or ack priority 'top'")
     for prio, (classid, class_rate) in enumerate(zip(class_ids, rates), start=int(own)):
         ops.append(ClassOp(dev, "htb", classid, PARENT_CLASS, _htb_class_params(class_rate, rate, prio)))
     ops += _leaves(dev, class_ids, queue_limit)
