@@ -15,9 +15,8 @@ import json
 import sys
 
 from geryon.bench.paper_math import CLASS_THREAD_NICE, COMPUTE_RT_PRIORITY, LINKS, MODELS, THREAD_RT_PRIORITY
-from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY
+from geryon.emulate.cluster import add_ack_priority_argument
 from geryon.errors import ConfigError
-from geryon.netconf.plan import ACK_MODES
 from geryon.rates import parse_rate
 
 
@@ -71,9 +70,7 @@ def add_commands(commands, bench) -> None:
                        help="SCHED_RR priority of each worker's replayed compute (default 3, above the "
                             "transport threads; 0 = off): it stands for a GPU, which a real host's "
                             "transport does not slow down")
-    paper.add_argument("--ack-priority", choices=ACK_MODES, default=DEFAULT_ACK_PRIORITY,
-                       help="TCP pure ACKs on every emulated egress, for every policy alike: off, top (the "
-                            f"top class) or own (a class above it; default {DEFAULT_ACK_PRIORITY})")
+    add_ack_priority_argument(paper, "for every policy alike")
     paper.add_argument("--timeline", metavar="DIR", help="write a Chrome trace per (model, link, policy) here")
     paper.add_argument("--json", action="store_true", help="one JSON object per row on stdout")
     paper.add_argument("--out", metavar="DIR", help="write paper.json, paper.md and paper.png here")

@@ -121,18 +121,18 @@ def compute_priority(rt_priority: int):
     """Run the calling thread SCHED_RR at `rt_priority` inside the block (0: leave it as it is), then
     back to normal scheduling. Best effort: where real-time scheduling is refused, nothing changes.
     Only the block is real-time, so threads started elsewhere by this one do not inherit it."""
-    if not rt_priority:
-        yield
-        return
-    try:
-        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(rt_priority))
-    except OSError:
-        yield
-        return
+    raised = False
+    if rt_priority:
+        try:
+            os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(rt_priority))
+            raised = True
+        except OSError:
+            pass
     try:
         yield
     finally:
-        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        if raised:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
 
 def _config(args, overrides: dict | None = None, tracer=None) -> TransportConfig:

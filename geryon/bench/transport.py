@@ -46,10 +46,9 @@ import uuid
 
 from geryon.bench import tcpstats
 from geryon.bench.emulated import BASE_PORT, gloo_placements, ring_placements, role_argv, run_roles
-from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY
+from geryon.emulate.cluster import add_ack_priority_argument
 from geryon.emulate.fabric import DEFAULT_MTU
 from geryon.errors import ConfigError, TransportError
-from geryon.netconf.plan import ACK_MODES
 from geryon.rates import parse_rate
 from geryon.safefiles import create_exclusive
 from geryon.transport.config import TransportConfig
@@ -398,9 +397,7 @@ def _shared(parser) -> None:
     parser.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                         help=f"MTU of every emulated link, for every system alike (default {DEFAULT_MTU}; "
                         "9000: jumbo frames)")
-    parser.add_argument("--ack-priority", choices=ACK_MODES, default=DEFAULT_ACK_PRIORITY,
-                        help="TCP pure ACKs on every emulated egress, for every system alike: off, top (the top "
-                        f"class) or own (a class above it; default {DEFAULT_ACK_PRIORITY})")
+    add_ack_priority_argument(parser, "for every system alike")
     parser.add_argument("--slice-bytes", type=int, default=TransportConfig.slice_bytes)
     parser.add_argument("--congestion", default=None, help="TCP congestion control, e.g. cubic or bbr")
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,

@@ -18,10 +18,9 @@ import sys
 
 from geryon.emulate import fabric, state
 from geryon.emulate.clean import clean, cluster_of
-from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY, EmulatedCluster, exec_argv, require_root
+from geryon.emulate.cluster import EmulatedCluster, add_ack_priority_argument, exec_argv, require_root
 from geryon.emulate.topology import MAX_HOSTS, MIN_HOSTS, TOPOLOGIES, check_name, netns_prefix
 from geryon.errors import ConfigError
-from geryon.netconf.plan import ACK_MODES
 
 
 def add_commands(commands, bench) -> None:
@@ -46,9 +45,7 @@ def add_commands(commands, bench) -> None:
                     help="turn segmentation offload off (MTU-sized packets in every queue; costs CPU)")
     up.add_argument("--mtu", type=int, default=fabric.DEFAULT_MTU,
                     help=f"MTU of every link (default {fabric.DEFAULT_MTU}; 9000: jumbo frames)")
-    up.add_argument("--ack-priority", choices=ACK_MODES, default=DEFAULT_ACK_PRIORITY,
-                    help="TCP pure ACKs on every egress: off, top (the top class) or own (a class above it; "
-                    f"default {DEFAULT_ACK_PRIORITY})")
+    add_ack_priority_argument(up, "host and switch ports")
     up.add_argument("--sshd", action="store_true",
                     help="start a real sshd in every host and switch and write an inventory for `geryon cluster`")
     up.set_defaults(func=cmd_up)

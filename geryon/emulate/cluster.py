@@ -20,7 +20,7 @@ from geryon.emulate.topology import (SUBNET, Topology, build_topology, check_hos
                                      netns_prefix)
 from geryon.errors import ConfigError, EmulationError, NameInUse, PermissionNeeded
 from geryon.netconf import (PriorityClass, install_priority_queues, install_shaping, parse_classes)
-from geryon.netconf.plan import parse_ack_priority
+from geryon.netconf.plan import ACK_MODES, parse_ack_priority
 from geryon.rates import format_rate, parse_rate
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,14 @@ def _read_proc(path: str) -> str:
 # ACKs do not wait behind bulk data going the other way: "off", "top" (the top priority class) or "own" (a
 # class above it; geryon.netconf.plan). Measured in docs/transport-profile.md, "Sixth session".
 DEFAULT_ACK_PRIORITY = "own"
+
+
+def add_ack_priority_argument(parser, scope: str) -> None:
+    """`--ack-priority off|top|own` (default DEFAULT_ACK_PRIORITY) on a command building emulated clusters;
+    `scope` says whose traffic it applies to, e.g. "for every policy alike"."""
+    parser.add_argument("--ack-priority", choices=ACK_MODES, default=DEFAULT_ACK_PRIORITY,
+                        help=f"TCP pure ACKs on every emulated egress, {scope}: off, top (the top class) or own "
+                             f"(a class above it; default {DEFAULT_ACK_PRIORITY})")
 
 
 class EmulatedCluster:

@@ -122,10 +122,7 @@ def _apply_op(ipr: IPRoute, index: int, op: Operation, netns: str | None) -> Non
             ipr.tc("add", op.kind, index=index, **_qdisc_kwargs(op))
         elif isinstance(op, ClassOp) and op.kind in _PYROUTE2_CLASSES and op.action == "add":
             ipr.tc("add-class", op.kind, index=index, **_class_kwargs(op))
-        elif isinstance(op, FilterOp) and op.kind in _PYROUTE2_FILTERS and op.action == "add":
-            ipr.tc("add-filter", "u32", index=index, parent=handle_to_int(op.parent), prio=op.pref,
-                   protocol=op.ethertype, target=handle_to_int(op.flowid), keys=[op.u32_key()])
-        elif isinstance(op, AckFilterOp) and op.action == "add":
+        elif isinstance(op, (FilterOp, AckFilterOp)) and op.kind in _PYROUTE2_FILTERS and op.action == "add":
             ipr.tc("add-filter", "u32", index=index, parent=handle_to_int(op.parent), prio=op.pref,
                    protocol=op.ethertype, target=handle_to_int(op.flowid), keys=op.u32_keys())
         else:

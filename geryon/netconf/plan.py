@@ -154,11 +154,19 @@ class FilterOp:
     def ethertype(self) -> int:
         return _PROTOCOLS[self.protocol]
 
+    def keys(self) -> list[tuple[int, int, int]]:
+        """The one 32-bit u32 key (value, mask, offset) matching this DSCP."""
+        # IPv4: TOS is the second byte of the header; IPv6: version(4) class(8) label(20)
+        shift = 16 if self.protocol == "ip" else 20
+        return [((self.dscp << 2) << shift, 0xFC << shift, 0)]
+
     def u32_key(self) -> str:
-        """The pyroute2 u32 key ('value/mask+offset') matching this DSCP."""
-        if self.protocol == "ip":  # TOS is the second byte of the IPv4 header
-            return f"{(self.dscp << 2) << 16:#010x}/0x00fc0000+0"
-        return f"{(self.dscp << 2) << 20:#010x}/0x0fc00000+0"  # IPv6: version(4) class(8) label(20)
+        """The same key for pyroute2 ('value/mask+offset')."""
+        value, mask, offset = self.keys()[0]
+        return f"{value:#010x}/{mask:#010x}+{offset}"
+
+    def u32_keys(self) -> list[str]:
+        return [self.u32_key()]
 
 
 @dataclass(frozen=True)

@@ -348,10 +348,6 @@ def plan_canonical(plan: QueuePlan) -> list[str]:
             if op.classid not in parents:
                 line += f" prio {params.get('prio', 0)} quantum {params.get('quantum')}"
             lines.append(line + f" rate {tc_rate(params['rate'])} ceil {tc_rate(params['ceil'])}")
-        elif isinstance(op, FilterOp):
-            shift = 16 if op.protocol == "ip" else 20
-            lines.append(_u32_line(op.parent, op.protocol, op.pref, [((op.dscp << 2) << shift, 0xfc << shift, 0)],
-                                   op.flowid))
-        elif isinstance(op, AckFilterOp):
+        elif isinstance(op, (FilterOp, AckFilterOp)):
             lines.append(_u32_line(op.parent, op.protocol, op.pref, op.keys(), op.flowid))
     return sorted(lines)
