@@ -312,3 +312,20 @@ def test_port_connections_per_layout():
     assert port_connections(SimSetting(workers=8)) == 14
     assert port_connections(SimSetting(workers=1)) == 1
     assert port_connections(SimSetting(workers=8, servers=2, layout="separate")) == 8
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_queueprobe_samples_the_port_backlog_and_the_bytes_in_flight():
+    """The probe behind EMULATED_QUEUES and EMULATED_INFLIGHT, on a real emulated port: two bulk bbr
+    flows from two hosts into one; its namespaces are gone afterwards."""
+    from geryon.emulate import fabric
+    from geryon.sim.queueprobe import probe
+
+    before = set(fabric.list_netns("gyq"))
+    row = probe(2, "spread", "bbr", "100mbit", duration=2.0, senders=2)
+    assert row["samples"] >= 10 and row["flows"] == 2
+    # at least a few full-size segments in flight per connection, at most a second of the port
+    assert 3 * 1448 < row["inflight_per_flow_bytes"] < 100e6 / 8
+    assert 0 <= row["mean_bytes"] < 100e6 / 8
+    assert set(fabric.list_netns("gyq")) <= before
