@@ -284,8 +284,8 @@ def profile_from_dict(data: dict, default_name: str = "profile", source: str = "
     name = data.get("name", default_name)
     ack = data.get("ack_priority", ACK_OFF)
     if not isinstance(ack, str):
-        raise QosProfileError(f"{source}: ack_priority must be a string, one of {', '.join(repr(m) for m in ACK_MODES)}; "
-                              f"got {ack!r}")
+        raise QosProfileError(f"{source}: ack_priority must be a string, one of "
+                              f"{', '.join(repr(m) for m in ACK_MODES)}; got {ack!r}")
     return validate_profile(QosProfile(name, tuple(classes), default or classes[-1].name, rate, tuple(ports),
                                        ack_priority=ack))
 

@@ -95,7 +95,7 @@ def plans(profile: QosProfile, netns: str | None = None) -> list[QueuePlan]:
 
 def render(profile: QosProfile) -> Rendering:
     lines = [] if profile.ack_priority == "off" else [
-        f"# pure ACKs (TCP, flags exactly ACK, IPv4 length < 128 / IPv6 payload < 64) -> "
+        "# pure ACKs (TCP, flags exactly ACK, IPv4 length < 128 / IPv6 payload < 64) -> "
         + ("class 1:f, HTB prio 0 above every class" if profile.ack_own else "the top class")]
     for plan in plans(profile):
         lines.append(f"tc qdisc del dev {plan.dev} root 2>/dev/null || true")
