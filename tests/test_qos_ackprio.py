@@ -255,3 +255,84 @@ def test_junos_and_nxos_sessions_read_back_the_filter_hierarchies():
         assert any("GERYON-ACK" in line for line in session.expected)
     plain = render(builtin_profile("two-class").with_ports(PORTS["junos"]), "junos")
     assert build_session(plain.profile, plain).readback.command == "show configuration class-of-service | display set"
+
+
+LINUX_HOST = """#!/bin/sh
+exec ip netns exec {netns} sh -c "$SSH_ORIGINAL_COMMAND"
+"""
+
+
+@pytest.fixture
+def linux_host(tmp_path, unique_name, monkeypatch):
+    """A "Linux host" behind a real sshd: every command runs in a namespace with a veth gyd0 (no qdisc)."""
+    import os
+    import socket
+    import time
+
+    from geryon import envvars
+
+    monkeypatch.setenv(envvars.STATE_DIR, str(tmp_path / "state"))
+    netns = f"gy{unique_name}h"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    daemon = None
+    try:
+        subprocess.run(["ip", "-n", netns, "link", "add", "gyd0", "type", "veth", "peer", "name", "gyd1"], check=True)
+        subprocess.run(["ip", "-n", netns, "link", "set", "gyd0", "up"], check=True)
+        for name in ("host", "client"):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / name)], check=True)
+        (tmp_path / "authorized_keys").write_text((tmp_path / "client.pub").read_text())
+        script = tmp_path / "host.sh"
+        script.write_text(LINUX_HOST.format(netns=netns))
+        script.chmod(0o755)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        config = tmp_path / "sshd.conf"
+        config.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {tmp_path / 'host'}\n"
+                          f"AuthorizedKeysFile {tmp_path / 'authorized_keys'}\nPubkeyAuthentication yes\n"
+                          "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+                          f"PidFile {tmp_path / 'sshd.pid'}\nForceCommand {script}\n")
+        log = tmp_path / "sshd.log"
+        daemon = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(config), "-E", str(log)])
+        deadline = time.monotonic() + 10
+        while not (log.exists() and "Server listening" in log.read_text()):
+            assert time.monotonic() < deadline, "sshd did not start"
+            time.sleep(0.05)
+        key = " ".join((tmp_path / "host.pub").read_text().split()[:2])
+        (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{port} {key}\n")
+        yield tmp_path, port, netns
+    finally:
+        if daemon:
+            daemon.terminate()
+            daemon.wait(5)
+        subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
+
+
+def tc_dump(netns: str) -> list[str]:
+    return [subprocess.run(["ip", "netns", "exec", netns, "tc", *what, "show", "dev", "gyd0"], check=True,
+                           capture_output=True, text=True).stdout for what in (["qdisc"], ["-d", "class"], ["filter"])]
+
+
+@pytest.mark.root
+def test_linux_apply_over_ssh_with_ack_class_dry_run_read_back_restore(linux_host, capsys):
+    """`netconf apply --target linux@...` with the "own" profile: dry run changes nothing, apply reads back the
+    ACK filters, a second apply changes nothing, `restore` puts the device back as it was."""
+    folder, port, netns = linux_host
+    common = ["--target", f"linux@root@127.0.0.1:{port}", "--ports", "gyd0", "--known-hosts",
+              str(folder / "known_hosts"), "--key", str(folder / "client"), "--json"]
+    apply = ["netconf", "apply", "--profile", str(ACK_OWN_PROFILE), "--rate", "1gbit", *common]
+    before = tc_dump(netns)
+    assert main([*apply, "--dry-run"]) == 0
+    dry = json.loads(capsys.readouterr().out)
+    assert not dry["changed"] and any("flowid 1:f" in line or "1:f" in line for line in dry["diff"])
+    assert tc_dump(netns) == before
+    assert main(apply) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert done["changed"] and "read back gyd0: matches" in done["steps"]
+    filters = tc_dump(netns)[2]
+    assert filters.count("flowid 1:f") == 2 and "pref 3 u32" in filters
+    assert main(apply) == 0 and not json.loads(capsys.readouterr().out)["changed"]
+    assert main(["netconf", "restore", *common]) == 0
+    capsys.readouterr()
+    assert tc_dump(netns)[1:] == before[1:] and "htb" not in tc_dump(netns)[0]
