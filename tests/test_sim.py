@@ -8,10 +8,10 @@ import pytest
 from geryon.categorize.profiles import LayerProfile, ProfileLayer
 from geryon.cli import main
 from geryon.errors import ConfigError
-from geryon.sim.compare import compare, load_rows
+from geryon.sim.compare import compare, load_rows, port_connections
 from geryon.sim.fabric import GroupSet, allocate, build_fabric
 from geryon.sim.job import PSJob
-from geryon.sim.queues import PortQueues, QueueTable, emulated_queues
+from geryon.sim.queues import PortQueues, QueueTable, emulated_inflight, emulated_queues
 from geryon.sim.scenario import SimSetting, simulate
 from geryon.sim.workload import build_workload
 
@@ -117,7 +117,9 @@ def test_compare_reads_bench_paper_rows(tmp_path):
     assert {r["time_scale"] for r in results} == {9.5}
     for r in results:   # the control row's harness cost (1.4 - 1.2 s) is two frame latencies
         assert r["harness_s"] == pytest.approx(0.2) and r["latency_s"] == pytest.approx(0.1)
-        assert r["backlog_bytes"] == pytest.approx(16384 / 0.01)   # NOTSENT_LOWAT, paper bytes
+        # NOTSENT_LOWAT plus what a bbr connection keeps in flight with 2 connections into a port
+        # (2 workers colocated: one push into the server, one pull into the worker), paper bytes
+        assert r["backlog_bytes"] == pytest.approx((16384 + emulated_inflight("bbr", 100e6, 2)) / 0.01)
         assert r["fluid_error"] == pytest.approx(r["fluid_s"] / 2.0 - 1)
         assert r["simulated_s"] > r["fluid_s"]
         assert r["exact"] and r["aggregate_error"] == pytest.approx(r["aggregate_s"] / 2.0 - 1)
@@ -293,3 +295,20 @@ def test_measured_queue_tables_are_found_per_congestion_control_at_the_nearest_r
         np.array([7]), down=True)[0]                            # cubic fills the port into a host
     assert emulated_queues("bbr", 350e6) is not emulated_queues("bbr", 100e6)
     assert emulated_queues("reno", 100e6) is None
+
+
+def test_measured_bytes_in_flight_interpolate_between_connection_counts():
+    """compare.py adds a connection's bytes in flight (queueprobe's `ss -tin` samples) to the socket
+    backlog: linear between measured connection counts, flat past them, None where unmeasured."""
+    at4, at7 = emulated_inflight("bbr", 100e6, 4), emulated_inflight("bbr", 100e6, 7)
+    assert emulated_inflight("bbr", 100e6, 5) == pytest.approx(at4 + (at7 - at4) / 3)
+    assert emulated_inflight("bbr", 100e6, 100) == emulated_inflight("bbr", 100e6, 14)
+    assert emulated_inflight("bbr", 380e6, 7) == emulated_inflight("bbr", 400e6, 7) != at7
+    assert emulated_inflight("cubic", 100e6, 7) > 10 * at7      # cubic's deep queues
+    assert emulated_inflight("reno", 100e6, 7) is None
+
+
+def test_port_connections_per_layout():
+    assert port_connections(SimSetting(workers=8)) == 14
+    assert port_connections(SimSetting(workers=1)) == 1
+    assert port_connections(SimSetting(workers=8, servers=2, layout="separate")) == 8

@@ -15,7 +15,11 @@ the aggregate model:
 - `fluid_s`: the plain fluid model (instant fair shares, no TCP, no harness);
 - `simulated_s`: the same model with the emulation's TCP effects (job.py, queues.py), each set from
   something measured apart from the row itself:
-    socket backlog = the run's TCP_NOTSENT_LOWAT (settings.notsent_lowat, default 16 KiB);
+    socket backlog = the run's TCP_NOTSENT_LOWAT (settings.notsent_lowat, default 16 KiB) plus the
+                     bytes a connection keeps in flight, `EMULATED_INFLIGHT` (queues.py), measured by
+                     the same probe with as many connections into one port as the row's layout
+                     brings together (`port_connections`: colocated, the 2(W-1) pushes into a
+                     host's server and pulls into its worker);
     port queues    = `EMULATED_QUEUES` (queues.py), the standing queues `python -m
                      geryon.sim.queueprobe` measured on emulated ports of this congestion control
                      and rate (none for an unmeasured one: that row says so);
@@ -40,7 +44,7 @@ from pathlib import Path
 from geryon.errors import ConfigError
 from geryon.sim.paper import LINKS
 from geryon.sim.job import EXACT_LIMIT
-from geryon.sim.queues import emulated_queues
+from geryon.sim.queues import emulated_inflight, emulated_queues
 from geryon.sim.scenario import SimSetting, simulate
 from geryon.sim.workload import WITHIN_CLASS
 from geryon.transport.policy import POLICIES
@@ -124,17 +128,30 @@ def variant(name) -> tuple[str | None, dict]:
     return base, settings
 
 
+def port_connections(setting: SimSetting) -> int:
+    """Remote connections that meet in one host's down link in the row's layout: colocated, the
+    pushes into its server and the pulls into its worker (2(W-1)); separate, the larger of a
+    server's pushes (W) and a worker's pulls (servers)."""
+    if setting.layout == "colocated":
+        return max(1, 2 * (setting.workers - 1))
+    return max(setting.workers, setting.server_count)
+
+
 def tcp_effects(row: dict, setting: SimSetting, harness_s: float | None) -> dict:
     """The TCP/harness fields of SimSetting for a measured row (see the module doc), and a note."""
     size_scale = float(row.get("size_scale") or 1.0)
     wall_scale = float(row.get("wall_scale") or 1.0)
     port_bits = setting.bw_bps * size_scale / wall_scale       # the emulated port's rate
-    table = emulated_queues(row.get("congestion") or "bbr", port_bits)
-    fields = {"backlog_bytes": float(row.get("notsent_lowat") or 16384) / size_scale,
+    congestion = row.get("congestion") or "bbr"
+    table = emulated_queues(congestion, port_bits)
+    inflight = emulated_inflight(congestion, port_bits, port_connections(setting))
+    fields = {"backlog_bytes": (float(row.get("notsent_lowat") or 16384) + (inflight or 0.0)) / size_scale,
               "compute_scale": measured_compute_scale(row, setting),
               "queues": table.scaled(1.0 / size_scale) if table is not None else None,
               "latency_s": max(0.0, harness_s or 0.0) / 2}
-    notes = [] if table is not None else [f"no measured queues for {row.get('congestion')}"]
+    notes = [] if table is not None else [f"no measured queues for {congestion}"]
+    if inflight is None:
+        notes.append(f"no measured bytes in flight for {congestion}")
     if harness_s is None:
         notes.append("no control row: no frame latency")
     return fields, "; ".join(notes)

@@ -5,7 +5,10 @@
 
 Builds a small emulated cluster (the same HTB strict-priority ports and GSO setting as
 `bench paper`), starts N bulk TCP flows into one host and samples the bytes queued in the
-bottleneck port (`tc -s qdisc`, the root HTB's backlog) every 50 ms after a warm-up. Two shapes:
+bottleneck port (`tc -s qdisc`, the root HTB's backlog) every 50 ms after a warm-up, and the bytes
+each bulk connection has in flight (`ss -tin` in the senders' namespaces: unacked segments x MSS,
+the part of a socket's backlog beyond TCP_NOTSENT_LOWAT that an urgent frame on the same
+connection waits behind; compare.py adds it to the simulator's socket backlog). Two shapes:
 `spread` -- the N flows come from different hosts and meet in the switch port into the sink (the
 incast into a worker's down link); `one` -- all N leave one host and meet in its own egress
 (a host's up link carrying its worker's pushes and its server's sends). The simulator's per-flow
@@ -25,6 +28,8 @@ import time
 import uuid
 
 _BACKLOG = re.compile(r"qdisc htb \S+ root.*?backlog (\d+)b (\d+)p", re.S)
+_MSS = re.compile(r"\bmss:(\d+)")
+_UNACKED = re.compile(r"\bunacked:(\d+)")
 
 
 def _backlog(cluster, netns: str, dev: str) -> tuple[int, int]:
@@ -32,6 +37,18 @@ def _backlog(cluster, netns: str, dev: str) -> tuple[int, int]:
                          capture_output=True, text=True, timeout=10).stdout
     match = _BACKLOG.search(out)
     return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+def _inflight(netns: str, sink_ip: str, port: int) -> int:
+    """Bytes in flight (unacked segments x MSS) summed over this namespace's connections to the sink."""
+    out = subprocess.run(["ip", "netns", "exec", netns, "ss", "-tinH", "state", "established",
+                          "dst", f"{sink_ip}:{port}"], capture_output=True, text=True, timeout=10).stdout
+    total = 0
+    for line in out.splitlines():       # each connection's second line holds its tcp_info
+        mss, unacked = _MSS.search(line), _UNACKED.search(line)
+        if mss and unacked:
+            total += int(mss.group(1)) * int(unacked.group(1))
+    return total
 
 
 def probe(flows: int, shape: str, congestion: str, bw: str, duration: float, senders: int = 4) -> dict:
@@ -62,10 +79,13 @@ def probe(flows: int, shape: str, congestion: str, bw: str, duration: float, sen
             else:
                 netns, dev = cluster.hosts[1].netns, cluster.hosts[1].iface
             time.sleep(max(0.0, start_at - time.time()) + 1.5)
-            samples = []
+            sending = sorted({cluster.hosts[1 + (i % senders if shape == "spread" else 0)].netns
+                              for i in range(flows)})
+            samples, inflight = [], []
             end = start_at + duration - 0.3
             while time.time() < end:
                 samples.append(_backlog(cluster, netns, dev))
+                inflight.append(sum(_inflight(ns, sink_host.ip, 5201) for ns in sending))
                 time.sleep(0.05)
             for proc in procs:
                 proc.wait(timeout=duration + 30)
@@ -79,7 +99,8 @@ def probe(flows: int, shape: str, congestion: str, bw: str, duration: float, sen
             "mean_bytes": statistics.fmean(byte_values),
             "p90_bytes": byte_values[int(0.9 * (len(byte_values) - 1))],
             "median_packets": statistics.median(packet_values),
-            "per_flow_bytes": statistics.fmean(byte_values) / flows}
+            "per_flow_bytes": statistics.fmean(byte_values) / flows,
+            "inflight_per_flow_bytes": statistics.fmean(inflight or [0]) / flows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{row['mean_bytes'] / 1e3:8.1f} KB, median "
                           f"{row['median_bytes'] / 1e3:8.1f} KB ({row['median_packets']:.0f} packets), "
                           f"p90 {row['p90_bytes'] / 1e3:8.1f} KB, per flow "
-                          f"{row['per_flow_bytes'] / 1e3:6.1f} KB", flush=True)
+                          f"{row['per_flow_bytes'] / 1e3:6.1f} KB, in flight per flow "
+                          f"{row['inflight_per_flow_bytes'] / 1e3:6.1f} KB", flush=True)
     return 0
 
 

@@ -197,10 +197,37 @@ EMULATED_QUEUES: dict[tuple[str, float], QueueTable] = {
 }
 
 
+# Bytes one bulk connection keeps in flight (unacked segments x MSS, `ss -tin` in the senders'
+# namespaces), sampled by the same probe beside the port backlog, `spread` shape (N flows from
+# different hosts into one switch port: the incast into a colocated host's down link), under the
+# lock, seventh session: `python -m geryon.sim.queueprobe --flows 1,2,4,7,14 --shape spread,one
+# --duration 5 --bw 100mbit,400mbit --json` (docs/data/queueprobe/bbr-inflight.jsonl, 221 s) and the
+# same with `--bw 100mbit --congestion cubic` (cubic-inflight.jsonl). Rows: (connections, bytes per
+# connection), emulated bytes. It is the part of a socket's backlog beyond TCP_NOTSENT_LOWAT: an
+# urgent frame that a sender commits behind a bulk one on the SAME connection waits for it too.
+EMULATED_INFLIGHT: dict[tuple[str, float], tuple[tuple[float, float], ...]] = {
+    ("bbr", 100e6): ((1, 93.2e3), (2, 56.8e3), (4, 32.8e3), (7, 34.5e3), (14, 57.3e3)),
+    ("bbr", 400e6): ((1, 149.5e3), (2, 171.5e3), (4, 100.7e3), (7, 61.1e3), (14, 31.9e3)),
+    ("cubic", 100e6): ((1, 141.4e3), (2, 968.9e3), (4, 1496.9e3), (7, 909.3e3), (14, 731.7e3)),
+}
+
+
+def _nearest_rate(table: dict, congestion: str, port_bps: float) -> float | None:
+    rates = [rate for cc, rate in table if cc == congestion]
+    return min(rates, key=lambda rate: abs(math.log(rate / port_bps))) if rates else None
+
+
+def emulated_inflight(congestion: str, port_bps: float, connections: float) -> float | None:
+    """Bytes in flight per connection with `connections` meeting in one port, at the nearest measured
+    port rate of this congestion control (linear between measured counts, flat past them), or None."""
+    rate = _nearest_rate(EMULATED_INFLIGHT, congestion, port_bps)
+    if rate is None:
+        return None
+    rows = EMULATED_INFLIGHT[(congestion, rate)]
+    return float(np.interp(connections, [n for n, _ in rows], [b for _, b in rows]))
+
+
 def emulated_queues(congestion: str, port_bps: float) -> QueueTable | None:
     """The measured table for this congestion control at the nearest measured port rate (or None)."""
-    rates = [rate for cc, rate in EMULATED_QUEUES if cc == congestion]
-    if not rates:
-        return None
-    nearest = min(rates, key=lambda rate: abs(math.log(rate / port_bps)))
-    return EMULATED_QUEUES[(congestion, nearest)]
+    rate = _nearest_rate(EMULATED_QUEUES, congestion, port_bps)
+    return EMULATED_QUEUES[(congestion, rate)] if rate is not None else None
