@@ -8,8 +8,11 @@ interface `scheduler-map` and `unit 0 classifiers dscp`.
 
 Pure ACKs (`ack_priority`), following the Junos "Firewall Filter Match Conditions for IPv4 Traffic"
 (`tcp-flags` with bit names fin syn rst push ack urgent and the operators & | !, `protocol tcp`,
-`packet-length`) and "Multifield Classifier" (`then forwarding-class`, `then loss-priority`) pages, e.g.
-https://www.juniper.net/documentation/us/en/software/junos/routing-policy/topics/concept/firewall-filter-match-conditions-for-ipv4-traffic.html:
+`packet-length`) and "Multifield Classifier" (`then forwarding-class`, `then loss-priority`) pages, as
+found: the Junos 10.3 "Configuring Protocol-Independent Match Conditions" page (`packet-length bytes`: the IP
+packet, header included; www.juniper.net/techpubs/en_US/junos10.3/topics/task/configuration/
+firewall-filter-match-conditions-protocol-independent-configuring.html) and the ACX/EX match-condition
+tables of the Junos firewall filter guide (`tcp-flags` bit names and operators):
   firewall family inet filter GERYON-ACK: term pure-ack `protocol tcp`, `tcp-flags "ack & !syn & !fin &
   !rst & !push & !urgent"`, `packet-length 0-127` -> forwarding class of the top class; term rest accepts
   everything else (its BA classification stands); applied as `family inet filter input` on unit 0.
