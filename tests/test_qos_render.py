@@ -124,14 +124,14 @@ def test_openconfig_structure():
 
 # --- yanglint --------------------------------------------------------------------------------------
 
-def yanglint(kind: str, instance: Path) -> subprocess.CompletedProcess:
+def yanglint(kind: str, instance: Path, extra_modules=()) -> subprocess.CompletedProcess:
     if not (YANG / kind).is_dir():
         pytest.skip(f"{YANG} is absent (the shared YANG models are only on the development machines)")
     if not shutil.which("yanglint"):
         pytest.skip("yanglint missing: install Debian package libyang2-tools (scripts/setup.sh does)")
     modules = sorted(str(p) for p in (YANG / "sonic").glob("sonic-*.yang")) if kind == "sonic" \
         else [str(YANG / "openconfig" / "openconfig-qos.yang")]
-    return subprocess.run(["yanglint", "-p", str(YANG / kind), "-t", "config", *modules, str(instance)],
+    return subprocess.run(["yanglint", "-p", str(YANG / kind), "-t", "config", *modules, *extra_modules, str(instance)],
                           capture_output=True, text=True, timeout=120)
 
 

@@ -159,7 +159,8 @@ def _apply(args) -> int:
     if args.shaping_only:
         plan = install_shaping(args.dev, args.rate or _missing_rate(), args.netns)
     else:
-        plan = install_priority_queues(args.dev, args.classes, args.rate, args.netns)
+        plan = install_priority_queues(args.dev, args.classes, args.rate, args.netns,
+                                       ack_priority=args.ack_priority or False)
     _print_plan(plan)
     return 0
 

@@ -26,6 +26,14 @@ Profiles come from three places: a TOML file (standard library `tomllib`), the b
     scheduler = "weighted"
     weight = 100
     default = true                  # DSCPs no class lists land here (default: the last class)
+
+`ack_priority = "off" | "top" | "own"` (default "off", so existing profiles render as before) gives TCP pure
+ACKs — TCP, flags exactly ACK among URG/ACK/PSH/RST/SYN/FIN, IPv4 total length < 128, the match of
+`geryon.netconf.plan.AckFilterOp` — the top class's queue ("top") or a strict queue of their own one above
+the top class ("own", capped at ACK_SHARE_PERCENT of the link where the target can cap a queue). "own"
+needs the top class below queue 7. Each renderer says how close the target's match comes to that one
+(`TargetLimits.ack_match`); a target that cannot match the packet length refuses the option, because a
+flags-only match would also take every bulk data segment sent without PSH.
 """
 
 import re
@@ -35,6 +43,7 @@ from pathlib import Path
 
 from geryon.errors import QosProfileError, RateError, TargetLimitError
 from geryon.netconf.classes import HIGH_DSCP, LOW_DSCP, parse_classes
+from geryon.netconf.plan import ACK_IPV4_MAX_LEN, ACK_MODES, ACK_SHARE
 from geryon.rates import parse_rate
 
 STRICT = "strict"
@@ -45,7 +54,13 @@ MAX_QUEUE = 7
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 _PORT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,63}$")
 _CLASS_KEYS = {"name", "dscp", "queue", "scheduler", "weight", "default"}
-_PROFILE_KEYS = {"name", "rate", "ports", "class", "description"}
+_PROFILE_KEYS = {"name", "rate", "ports", "class", "description", "ack_priority"}
+ACK_OFF = "off"
+ACK_SHARE_PERCENT = round(ACK_SHARE * 100)  # "own": the ACK queue's cap where a target can shape a queue
+ACK_MAX_LEN = ACK_IPV4_MAX_LEN  # pure ACKs: IPv4 total length below this (see geryon.netconf.plan)
+# ack_match values of TargetLimits
+ACK_EXACT = "exact"  # flags exactly ACK and length < 128, as AckFilterOp
+ACK_APPROX = "approx"  # ACK set (other flags not checked) and length < 128: also small SYN-ACK/FIN/PSH segments
 
 
 @dataclass(frozen=True)
@@ -73,6 +88,7 @@ class QosProfile:
     rate: int | None = None
     ports: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    ack_priority: str = ACK_OFF  # "off", "top" or "own" (see the module docstring)
 
     def dscp_map(self) -> dict[int, QosClass]:
         """Every DSCP 0..63 -> the class it lands in (unlisted ones go to the default class)."""
@@ -100,6 +116,19 @@ class QosProfile:
     def strict_classes(self) -> tuple[QosClass, ...]:
         return tuple(cls for cls in self.classes if cls.strict)
 
+    @property
+    def ack_queue(self) -> int | None:
+        """The queue pure ACKs go to: None (off), the top class's ("top"), or the one above it ("own")."""
+        if self.ack_priority == "top":
+            return self.classes[0].queue
+        if self.ack_priority == "own":
+            return self.classes[0].queue + 1
+        return None
+
+    @property
+    def ack_own(self) -> bool:
+        return self.ack_priority == "own"
+
 
 @dataclass(frozen=True)
 class TargetLimits:
@@ -111,6 +140,8 @@ class TargetLimits:
     reserved_why: str = ""
     percent_weights: bool = False  # weights become percentages that must sum to exactly 100
     needs_weighted_default: bool = False  # the default (catch-all) queue must be weighted
+    ack_match: str | None = ACK_EXACT  # how close its pure-ACK match comes (ACK_EXACT, ACK_APPROX, None: none)
+    ack_why: str = ""  # what the target's ACK match lacks (a note for ACK_APPROX, the refusal for None)
 
 
 # --- building profiles -------------------------------------------------------------------------
@@ -159,7 +190,20 @@ def validate_profile(profile: QosProfile) -> QosProfile:
             raise QosProfileError(f"bad port name {port!r} in profile {profile.name!r}")
     if len(set(profile.ports)) != len(profile.ports):
         raise QosProfileError(f"a port is listed twice in profile {profile.name!r}: {', '.join(profile.ports)}")
+    _check_ack(profile)
     return profile
+
+
+def _check_ack(profile: QosProfile) -> None:
+    if profile.ack_priority not in ACK_MODES:
+        raise QosProfileError(f"ack_priority {profile.ack_priority!r} of profile {profile.name!r}: give one of "
+                              f"{', '.join(repr(m) for m in ACK_MODES)} (off: no pure-ACK class; top: pure ACKs "
+                              "in the top class's queue; own: a strict queue of their own above it)")
+    if profile.ack_own and profile.classes[0].queue >= MAX_QUEUE:
+        raise QosProfileError(f"ack_priority 'own' puts pure ACKs one queue above the top class, but class "
+                              f"{profile.classes[0].name!r} of profile {profile.name!r} is on queue "
+                              f"{profile.classes[0].queue}, the highest: move the classes down one queue or use "
+                              "ack_priority = 'top'")
 
 
 def _is_int(value) -> bool:
@@ -238,7 +282,12 @@ def profile_from_dict(data: dict, default_name: str = "profile", source: str = "
     if not isinstance(ports, list):
         raise QosProfileError(f"{source}: ports must be a list of names, e.g. [\"Ethernet0\", \"Ethernet4\"]")
     name = data.get("name", default_name)
-    return validate_profile(QosProfile(name, tuple(classes), default or classes[-1].name, rate, tuple(ports)))
+    ack = data.get("ack_priority", ACK_OFF)
+    if not isinstance(ack, str):
+        raise QosProfileError(f"{source}: ack_priority must be a string, one of "
+                              f"{', '.join(repr(m) for m in ACK_MODES)}; got {ack!r}")
+    return validate_profile(QosProfile(name, tuple(classes), default or classes[-1].name, rate, tuple(ports),
+                                       ack_priority=ack))
 
 
 def _queues_for(count: int) -> list[int]:
@@ -282,8 +331,11 @@ def builtin_profile(name: str) -> QosProfile:
 BUILTINS = ("two-class", "four-class")
 
 
-def resolve_profile(profile: str | None = None, classes=None, rate=None, ports=None) -> QosProfile:
-    """The profile a command asked for: a built-in name, a TOML path, or a `--classes` spec."""
+def resolve_profile(profile: str | None = None, classes=None, rate=None, ports=None,
+                    ack_priority: str | None = None) -> QosProfile:
+    """The profile a command asked for: a built-in name, a TOML path, or a `--classes` spec.
+
+    `ack_priority` (the `--ack-priority` option) overrides the profile's own setting."""
     if profile and classes:
         raise QosProfileError("give --profile or --classes, not both")
     if profile:
@@ -294,6 +346,8 @@ def resolve_profile(profile: str | None = None, classes=None, rate=None, ports=N
         built = validate_profile(replace(built, rate=parse_rate(rate)))
     if ports:
         built = built.with_ports(ports)
+    if ack_priority is not None:
+        built = validate_profile(replace(built, ack_priority=ack_priority))
     return built
 
 
@@ -303,6 +357,7 @@ def resolve_profile(profile: str | None = None, classes=None, rate=None, ports=N
 def check_target(profile: QosProfile, limits: TargetLimits) -> QosProfile:
     """The profile as this target will carry it (reserved queues moved), or TargetLimitError."""
     strict = profile.strict_classes
+    _check_target_ack(profile, limits)
     if len(strict) > limits.max_strict:
         raise TargetLimitError(
             f"{limits.target} allows {limits.max_strict} strict queue(s) but profile {profile.name!r} has "
@@ -326,7 +381,30 @@ def check_target(profile: QosProfile, limits: TargetLimits) -> QosProfile:
                          f"{limits.reserved_why}")
     if limits.percent_weights:
         percentages([cls.weight for cls in profile.weighted], limits.target, profile.weighted)
+    if profile.ack_priority != ACK_OFF and limits.ack_match == ACK_APPROX:
+        notes.append(f"WARNING: pure-ACK match on {limits.target} is approximate: {limits.ack_why}")
     return replace(profile, classes=tuple(classes), notes=tuple(notes))
+
+
+def _check_target_ack(profile: QosProfile, limits: TargetLimits) -> None:
+    """Refuse an ACK class the target cannot express (no length match, too many strict queues, reserved queue)."""
+    if profile.ack_priority == ACK_OFF:
+        return
+    if limits.ack_match is None:
+        raise TargetLimitError(f"{limits.target} cannot give pure ACKs a queue: {limits.ack_why}. Set ack_priority = "
+                               "'off' in the profile (or --ack-priority off) for this target")
+    if profile.ack_own:
+        queue = profile.ack_queue
+        if len(profile.strict_classes) + 1 > limits.max_strict:
+            raise TargetLimitError(
+                f"{limits.target} allows {limits.max_strict} strict queue(s); ack_priority 'own' adds a strict "
+                f"pure-ACK queue to the {len(profile.strict_classes)} strict class(es) of profile {profile.name!r}: "
+                "use ack_priority = 'top' (pure ACKs in the top class's queue)")
+        if queue in limits.reserved_queues:
+            raise TargetLimitError(
+                f"{limits.target}: ack_priority 'own' would put pure ACKs on queue {queue}, which is reserved "
+                f"({limits.reserved_why}): move the classes down so the top one is on queue {queue - 2} or lower, "
+                "or use ack_priority = 'top'")
 
 
 def percentages(weights: list[int], target: str = "target", classes=()) -> list[int]:

@@ -1,9 +1,9 @@
 """`geryon netconf render` and the profile form of `geryon netconf apply` (switch QoS profiles).
 
   geryon netconf render (--profile P | --classes SPEC) --target sonic|openconfig|eos|nxos|nvue|junos|linux
-                        [--ports Ethernet0,Ethernet4] [--format native|yang] [--json]
+                        [--ports Ethernet0,Ethernet4] [--format native|yang] [--ack-priority off|top|own] [--json]
   geryon netconf apply (--profile P | --classes SPEC) --target KIND@[USER@]HOST[:PORT] [--ports ...]
-                       [--dry-run] [--known-hosts FILE] [--key FILE] [--json]
+                       [--ack-priority off|top|own] [--dry-run] [--known-hosts FILE] [--key FILE] [--json]
 
 P is a built-in (two-class, four-class) or a TOML file (see geryon/netconf/profile.py, docs/switch-qos.md).
 """
@@ -12,12 +12,19 @@ import json
 import sys
 
 from geryon.errors import ConfigError
+from geryon.netconf.plan import ACK_MODES
 from geryon.netconf.profile import resolve_profile
 from geryon.netconf.render import FORMATS, TARGETS, render
 
 
 def _ports(text: str | None) -> list[str] | None:
     return [p.strip() for p in text.split(",") if p.strip()] if text else None
+
+
+def _add_ack_option(parser) -> None:
+    parser.add_argument("--ack-priority", default=None, choices=ACK_MODES,
+                        help="TCP pure ACKs: off, top (the top class's queue), own (a strict queue above it); "
+                             "default: the profile's ack_priority (off)")
 
 
 def add_render(sub) -> None:
@@ -31,6 +38,7 @@ def add_render(sub) -> None:
     parser.add_argument("--format", default="native", choices=FORMATS,
                         help="native (default) or yang (SONiC tables as a YANG instance)")
     parser.add_argument("--json", action="store_true", help="wrap the output and notes in JSON")
+    _add_ack_option(parser)
     parser.set_defaults(func=cmd_render)
 
 
@@ -44,6 +52,7 @@ def add_apply_options(parser) -> None:
     parser.add_argument("--key", default=None, help="SSH private key file")
     parser.add_argument("--python", default="python3", help="python on a Linux target (restoring pyroute2 filters)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    _add_ack_option(parser)
 
 
 def add_restore(sub) -> None:
@@ -82,7 +91,7 @@ def _print_result(result, as_json: bool) -> None:
 
 
 def cmd_render(args) -> int:
-    profile = resolve_profile(args.profile, args.classes, args.rate, _ports(args.ports))
+    profile = resolve_profile(args.profile, args.classes, args.rate, _ports(args.ports), args.ack_priority)
     rendering = render(profile, args.target, args.format)
     if args.json:
         print(json.dumps(rendering.as_dict(), indent=2))
@@ -100,7 +109,8 @@ def cmd_apply_profile(args) -> int:
     from geryon.netconf.profile import check_target
 
     endpoint = Endpoint.parse(args.target, args.key)
-    profile = resolve_profile(args.profile, args.classes, args.rate, _ports(args.ports))
+    profile = resolve_profile(args.profile, args.classes, args.rate, _ports(args.ports),
+                              getattr(args, "ack_priority", None))
     check_target(profile, target_module(endpoint.kind).LIMITS)  # profile errors before any connection
     if endpoint.kind == "linux":
         from geryon.netconf.linuxapply import apply_linux

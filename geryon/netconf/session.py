@@ -131,7 +131,9 @@ def build_session(profile: QosProfile, rendering: Rendering, running: dict | Non
         return Session(kind, save=[Step("save: configuration", "show configuration | display set")],
                        apply=[Step("apply with commit confirmed", "cli",
                                    _script(["configure private", *lines, "commit confirmed 5", "exit"]))],
-                       readback=Step("read back", "show configuration class-of-service | display set"),
+                       readback=Step("read back", "show configuration class-of-service | display set"
+                                     if all(line.startswith("set class-of-service ") for line in lines)
+                                     else "show configuration | display set"),  # the pure-ACK filter
                        confirm=[Step("confirm", "cli", _script(["configure private", "commit", "exit"]))],
                        rollback=[Step("roll back", "cli", _script(["configure private", "rollback 1", "commit",
                                                                    "exit"]))],
@@ -139,7 +141,8 @@ def build_session(profile: QosProfile, rendering: Rendering, running: dict | Non
     if kind == "nxos":
         return Session(kind, save=[Step("save: checkpoint", f"checkpoint {NAME}")],
                        apply=[Step("apply", "configure terminal", _script([*lines, "end"]))],
-                       readback=Step("read back", "show running-config ipqos"),
+                       readback=Step("read back", "show running-config ipqos" if not any(
+                           line.startswith("ip access-list") for line in lines) else "show running-config"),
                        confirm=[Step("drop the checkpoint", f"no checkpoint {NAME}")],
                        rollback=[Step("roll back", f"rollback running-config checkpoint {NAME}")],
                        expected=lines)

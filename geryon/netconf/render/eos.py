@@ -10,6 +10,16 @@ Follows the Arista EOS User Manual, chapter "Quality of Service" (sections "qos 
                       `no priority` + `bandwidth percent P` (percentages summing to 100)
   interface <port>: `service-profile GERYON`
 
+Pure ACKs (`ack_priority`), following the EOS "Traffic Policies" chapter (`traffic-policies`,
+`traffic-policy NAME`, `match NAME ipv4`, `protocol tcp flags ...`, `ip length ...`, `actions` /
+`set traffic class N`, `traffic-policy input NAME` on the interface; the same layout as the arista_tp
+generator of google/capirca, https://github.com/google/capirca/blob/master/doc/generators/arista_tp.md):
+  traffic-policy GERYON-ACK: TCP with the ACK flag, IP length 20-127 -> traffic class = the ACK queue,
+  applied on input of every port. "own": the ACK traffic class maps to its own tx-queue, strict (the EOS
+  default) and shaped to ACK_SHARE_PERCENT (`shape rate P percent`).
+  Approximate: `flags ack` checks that ACK is set, not that the others are clear, so small SYN-ACK, FIN
+  and PSH segments (< 128 bytes) go there too; IPv4 only (IPv6 keeps its DSCP class). Not run on a device.
+
 Hazards:
   - On Sand-family platforms (Jericho/Qumran: 7280R, 7500R) tx-queue 7 is reserved for control-plane
     traffic, so a class on queue 7 moves to 6 (on every EOS platform, so one rendering fits all);
@@ -21,12 +31,16 @@ Hazards:
     on switched ports).
 """
 
-from geryon.netconf.profile import QosProfile, TargetLimits, percentages
+from geryon.netconf.profile import ACK_APPROX, ACK_MAX_LEN, ACK_SHARE_PERCENT, QosProfile, TargetLimits, percentages
 from geryon.netconf.render import Rendering
 
 PROFILE = "GERYON"
+ACK_POLICY = "GERYON-ACK"
 LIMITS = TargetLimits("eos", max_strict=8, reserved_queues=(7,), percent_weights=True,
-                      reserved_why="tx-queue 7 is reserved for control traffic on Sand-family EOS platforms")
+                      reserved_why="tx-queue 7 is reserved for control traffic on Sand-family EOS platforms",
+                      ack_match=ACK_APPROX,
+                      ack_why="the traffic-policy matches 'flags ack' (ACK set, other flags not checked) and IP "
+                              f"length 20-{ACK_MAX_LEN - 1}, IPv4 only")
 DEFAULT_PORTS = ("Ethernet1",)
 MAP_CHUNK = 8
 
@@ -43,21 +57,46 @@ def commands(profile: QosProfile) -> list[str]:
             lines.append(f"qos map dscp {chunk} to traffic-class {cls.queue}")
     for cls in profile.classes:
         lines.append(f"qos map traffic-class {cls.queue} to tx-queue {cls.queue}")
+    if profile.ack_own:
+        lines.append(f"qos map traffic-class {profile.ack_queue} to tx-queue {profile.ack_queue}")
     shares = dict(zip((c.name for c in profile.weighted), percentages([c.weight for c in profile.weighted])))
     lines += [f"qos profile {PROFILE}", "   qos trust dscp"]
+    if profile.ack_own:
+        lines += [f"   tx-queue {profile.ack_queue}", "      priority strict",
+                  f"      shape rate {ACK_SHARE_PERCENT} percent"]
     for cls in profile.classes:
         lines.append(f"   tx-queue {cls.queue}")
         if cls.strict:
             lines.append("      priority strict")
         else:
             lines += ["      no priority", f"      bandwidth percent {shares[cls.name]}"]
+    if profile.ack_priority != "off":
+        lines += ack_policy(profile.ack_queue)
     for port in profile.ports or DEFAULT_PORTS:
         lines += [f"interface {port}", f"   service-profile {PROFILE}"]
+        if profile.ack_priority != "off":
+            lines.append(f"   traffic-policy input {ACK_POLICY}")
     return lines
+
+
+def ack_policy(queue: int) -> list[str]:
+    """The traffic-policy that sends pure ACKs (approximately: see the module docstring) to traffic class `queue`."""
+    return ["traffic-policies", f"   traffic-policy {ACK_POLICY}", "      match geryon-pure-ack ipv4",
+            "         protocol tcp flags ack", f"         ip length 20-{ACK_MAX_LEN - 1}", "         actions",
+            f"            set traffic class {queue}", "         !", "      !", "   !"]
+
+
+def comments(profile: QosProfile) -> list[str]:
+    if profile.ack_priority == "off":
+        return []
+    where = (f"their own strict tx-queue {profile.ack_queue}, shaped to {ACK_SHARE_PERCENT}%" if profile.ack_own
+             else f"tx-queue {profile.ack_queue} of class {profile.classes[0].name!r}")
+    return [f"! geryon: pure ACKs -> {where}",
+            f"! APPROXIMATE match: {LIMITS.ack_why}; small SYN-ACK/FIN/PSH segments match too"]
 
 
 def render(profile: QosProfile) -> Rendering:
     lines = commands(profile)
     notes = profile.notes + (() if profile.ports else
                              (f"no ports given: rendered for {', '.join(DEFAULT_PORTS)} (use --ports)",))
-    return Rendering("eos", profile, "\n".join(lines) + "\n", None, notes, tuple(lines))
+    return Rendering("eos", profile, "\n".join(comments(profile) + lines) + "\n", None, notes, tuple(lines))

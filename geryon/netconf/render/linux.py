@@ -8,6 +8,11 @@ Strict classes get their own HTB `prio` (0, 1, ...) and the top one ~99% of the 
 served first; weighted classes share the next `prio` level, with guaranteed rates and HTB quanta in
 proportion to their weights, so when they borrow spare bandwidth they split it by weight.
 
+Pure ACKs (`ack_priority`): the same two u32 filters as `geryon netconf`'s plan (`AckFilterOp`: TCP, flags
+exactly ACK, IPv4 total length < 128 / IPv6 payload < 64), at prefs 1-2 ahead of the DSCP filters (3-4),
+to the top class ("top") or to `1:f` ("own": HTB prio 0 above every class, ACK_SHARE of the rate
+guaranteed and taken from the top class, ceil the link rate, as `geryon.netconf.plan` builds it).
+
 Hazards:
   - HTB needs a rate: with none in the profile, 10 gbit is used, which never binds on a veth or 10G NIC.
   - GSO/TSO super-packets (up to 64 KB) are queued as one: at low rates a high packet can wait behind one
@@ -17,8 +22,9 @@ Hazards:
 """
 
 from geryon.netconf.classes import PriorityClass
-from geryon.netconf.plan import (HTB_QUANTUM, LOW_SHARE, MIN_CLASS_RATE, PARENT_CLASS, QUEUE_LIMIT, ROOT,
-                                 UNSHAPED_RATE, ClassOp, FilterOp, QdiscOp, QueuePlan, format_tc_rate)
+from geryon.netconf.plan import (ACK_CLASS_ID, ACK_SHARE, HTB_QUANTUM, LOW_SHARE, MIN_CLASS_RATE, PARENT_CLASS,
+                                 QUEUE_LIMIT, ROOT, UNSHAPED_RATE, AckFilterOp, ClassOp, FilterOp, QdiscOp, QueuePlan,
+                                 format_tc_rate)
 from geryon.errors import TargetLimitError
 from geryon.netconf.profile import QosProfile, TargetLimits
 from geryon.netconf.render import Rendering
@@ -49,16 +55,32 @@ def build_plan(profile: QosProfile, dev: str, netns: str | None = None) -> Queue
     ops: list = [QdiscOp(dev, "htb", ROOT, params=(("default", default_id.split(":")[1]),)),
                  ClassOp(dev, "htb", PARENT_CLASS, ROOT, (("rate", rate), ("ceil", rate),
                                                           ("quantum", HTB_QUANTUM)))]
-    weighted_prio = len(profile.strict_classes)
-    for index, (cls, classid, class_rate) in enumerate(zip(profile.classes, class_ids,
-                                                            class_rates(profile, rate))):
-        prio = index if cls.strict else weighted_prio
+    own = profile.ack_own
+    rates = class_rates(profile, rate)
+    if own:  # the ACK class's guarantee comes out of the top class's, as in geryon.netconf.plan
+        ack_rate = max(int(rate * ACK_SHARE), MIN_CLASS_RATE)
+        if rates[0] - ack_rate < MIN_CLASS_RATE:
+            raise TargetLimitError(f"linux: rate {format_tc_rate(rate)} is too low for a pure-ACK class: give a "
+                                   "higher rate or ack_priority = 'top'")
+        rates[0] -= ack_rate
+        ops.append(ClassOp(dev, "htb", ACK_CLASS_ID, PARENT_CLASS, (("rate", ack_rate), ("ceil", rate),
+                                                                    ("prio", 0), ("quantum", HTB_QUANTUM))))
+    weighted_prio = len(profile.strict_classes) + int(own)
+    for index, (cls, classid, class_rate) in enumerate(zip(profile.classes, class_ids, rates)):
+        prio = index + int(own) if cls.strict else weighted_prio
         quantum = HTB_QUANTUM if cls.strict else max(MIN_QUANTUM, HTB_QUANTUM * cls.weight // 100)
         ops.append(ClassOp(dev, "htb", classid, PARENT_CLASS, (("rate", class_rate), ("ceil", rate),
                                                                ("prio", prio), ("quantum", quantum))))
     ops += [QdiscOp(dev, "pfifo", f"{0x10 + i:x}:", classid, (("limit", QUEUE_LIMIT),))
             for i, classid in enumerate(class_ids)]
-    for pref, protocol in ((1, "ip"), (2, "ipv6")):
+    if own:
+        ops.append(QdiscOp(dev, "pfifo", ACK_CLASS_ID.split(":")[1] + ":", ACK_CLASS_ID, (("limit", QUEUE_LIMIT),)))
+    first_pref = 1
+    ack_class = ACK_CLASS_ID if own else class_ids[0]
+    if profile.ack_priority != "off" and ack_class != default_id:  # ACKs the default class gets need no filter
+        ops += [AckFilterOp(dev, ROOT, protocol, pref, ack_class) for pref, protocol in ((1, "ip"), (2, "ipv6"))]
+        first_pref = 3
+    for pref, protocol in ((first_pref, "ip"), (first_pref + 1, "ipv6")):
         for cls, classid in zip(profile.classes, class_ids):
             if cls.name == profile.default_class:
                 continue
@@ -72,10 +94,13 @@ def plans(profile: QosProfile, netns: str | None = None) -> list[QueuePlan]:
 
 
 def render(profile: QosProfile) -> Rendering:
-    lines = []
+    lines = [] if profile.ack_priority == "off" else [
+        "# pure ACKs (TCP, flags exactly ACK, IPv4 length < 128 / IPv6 payload < 64) -> "
+        + ("class 1:f, HTB prio 0 above every class" if profile.ack_own else "the top class")]
     for plan in plans(profile):
         lines.append(f"tc qdisc del dev {plan.dev} root 2>/dev/null || true")
         lines += plan.commands()
+    commands = tuple(line for line in lines if not line.startswith("#"))
     notes = profile.notes + (() if profile.ports else
                              (f"no ports given: rendered for {', '.join(DEFAULT_PORTS)} (use --ports)",))
-    return Rendering("linux", profile, "\n".join(lines) + "\n", None, notes, tuple(lines))
+    return Rendering("linux", profile, "\n".join(lines) + "\n", None, notes, commands)

@@ -6,6 +6,11 @@ egress-queue-mapping default-global switch-priority <p> traffic-class <tc>`; "Eg
 `nv set qos egress-scheduler default-global traffic-class <tc> mode strict|dwrr`, `bw-percent <n>`)
 and the NVUE command reference (QoS set commands).
 
+Pure ACKs (`ack_priority`) are refused: NVUE ACL rules (NVUE command reference, "ACL":
+https://docs.nvidia.com/networking-ethernet-software/nvue-reference/Set-and-Unset-Commands/ACL/,
+`nv set acl <acl-id> rule <rule-id> match ip ...`) match the IP protocol and TCP flags but list no packet
+length, and a flags-only match would also take every bulk data segment sent without PSH.
+
 Hazards:
   - The default egress scheduler gives every traffic class 0-7 DWRR with bw-percent 12 or 13
     ("12,13,12,13,..."): classes left untouched keep that share and the DWRR sum would exceed 100. So
@@ -20,7 +25,9 @@ from geryon.errors import TargetLimitError
 from geryon.netconf.profile import QosProfile, TargetLimits, percentages
 from geryon.netconf.render import Rendering
 
-LIMITS = TargetLimits("nvue", max_strict=8, percent_weights=True)
+LIMITS = TargetLimits("nvue", max_strict=8, percent_weights=True, ack_match=None,
+                      ack_why="NVUE ACL rules match TCP flags but have no packet-length match, so they would also "
+                              "move every bulk data segment sent without PSH into the ACK queue")
 NUM_TCS = 8
 
 

@@ -6,6 +6,17 @@ matching `dscp-set`, forwarding-groups pointing at output queues, one scheduler-
 are the strict queues (priority STRICT) and whose last sequence holds the weighted queues, and per
 interface the input classifiers and output scheduler-policy.
 
+Pure ACKs (`ack_priority`), with the match fields of openconfig-packet-match (used by the classifier terms'
+`conditions`; https://github.com/openconfig/public/blob/master/release/models/acl/openconfig-packet-match.yang):
+`ipv4`/`ipv6` `protocol` IP_TCP and `length` (IPv4 total length / IPv6 payload length), `transport`
+`detail-mode` EXPLICIT, `explicit-detail-match-mode` ALL, `explicit-tcp-flags` [TCP_ACK]. The model has
+neither a length range nor "no other flag", so one term per pure-ACK size is rendered (IPv4 40 + TCP
+options of 0, 12 timestamps, 12/20/28/36 SACK, 24/32/40 timestamps + SACK bytes; IPv6 20 less), with ACK
+required and the other flags unchecked. Target: the top class's forwarding group ("top"), or a queue
+`geryon-ack` one above it served first (scheduler sequence 0, STRICT, ONE_RATE_TWO_COLOR with
+cir-pct ACK_SHARE_PERCENT) ("own"). Hazard: classifier terms carry no order in openconfig-qos, so a
+device may classify a pure ACK by its DSCP term instead: check the platform's term precedence.
+
 Hazards:
   - `priority` has one value, STRICT; strict queues are ordered by scheduler `sequence`, lowest first.
   - Input `weight` is a uint64 and must be a JSON *string* in RFC 7951 ("40", not 40); `queue-id` and
@@ -15,12 +26,18 @@ Hazards:
   - IPv4 and IPv6 need separate classifiers (type IPV4 / IPV6); both are rendered.
 """
 
-from geryon.netconf.profile import QosProfile, TargetLimits
+from geryon.netconf.profile import ACK_APPROX, ACK_SHARE_PERCENT, QosProfile, TargetLimits
 from geryon.netconf.render import Rendering, dump_json
 
-LIMITS = TargetLimits("openconfig", max_strict=8)
+LIMITS = TargetLimits("openconfig", max_strict=8, ack_match=ACK_APPROX,
+                      ack_why="openconfig-packet-match has no length range and no 'flag clear' test: one term per "
+                              "pure-ACK length with ACK required (other flags unchecked), and terms have no order, "
+                              "so a device may apply a DSCP term first")
 DEFAULT_PORTS = ("eth0",)
 POLICY = "geryon-sched"
+ACK_QUEUE = "geryon-ack"
+TCP_OPTION_LENGTHS = (0, 12, 20, 24, 28, 32, 36, 40)  # none, TS, SACK x1-4, TS + SACK x1-3 (padded)
+ACK_LENGTHS = {"IPV4": tuple(40 + n for n in TCP_OPTION_LENGTHS), "IPV6": tuple(20 + n for n in TCP_OPTION_LENGTHS)}
 
 
 def _dscps(profile: QosProfile) -> dict[str, list[int]]:
@@ -33,7 +50,7 @@ def _dscps(profile: QosProfile) -> dict[str, list[int]]:
 def _classifier(profile: QosProfile, family: str) -> dict:
     name = f"geryon-{family.lower()}"
     key = family.lower()
-    terms = []
+    terms = _ack_terms(profile, family)
     for cls, dscps in zip(profile.classes, _dscps(profile).values()):
         if dscps:
             terms.append({"id": cls.name, "config": {"id": cls.name},
@@ -42,9 +59,32 @@ def _classifier(profile: QosProfile, family: str) -> dict:
     return {"name": name, "config": {"name": name, "type": family}, "terms": {"term": terms}}
 
 
+def _ack_group(profile: QosProfile) -> str:
+    return f"fg-{ACK_QUEUE}" if profile.ack_own else f"fg-{profile.classes[0].name}"
+
+
+def _ack_terms(profile: QosProfile, family: str) -> list[dict]:
+    """One term per pure-ACK length: TCP, that length, ACK set (see the module docstring)."""
+    if profile.ack_priority == "off":
+        return []
+    key = family.lower()
+    return [{"id": f"pure-ack-{length}", "config": {"id": f"pure-ack-{length}"},
+             "conditions": {key: {"config": {"protocol": 6, "length": length}},
+                            "transport": {"config": {"detail-mode": "EXPLICIT", "explicit-detail-match-mode": "ALL",
+                                                     "explicit-tcp-flags": ["openconfig-packet-match-types:TCP_ACK"]}}},
+             "actions": {"config": {"target-group": _ack_group(profile)}}}
+            for length in ACK_LENGTHS[family]]
+
+
 def _scheduler_policy(profile: QosProfile) -> dict:
     schedulers = []
-    for sequence, cls in enumerate(profile.strict_classes):
+    if profile.ack_own:  # served before every class, capped at ACK_SHARE_PERCENT of the port
+        schedulers.append({"sequence": 0, "config": {"sequence": 0, "priority": "STRICT",
+                                                     "type": "openconfig-qos-types:ONE_RATE_TWO_COLOR"},
+                           "inputs": {"input": [{"id": ACK_QUEUE, "config": {"id": ACK_QUEUE, "input-type": "QUEUE",
+                                                                             "queue": ACK_QUEUE}}]},
+                           "one-rate-two-color": {"config": {"cir-pct": ACK_SHARE_PERCENT}}})
+    for sequence, cls in enumerate(profile.strict_classes, start=len(schedulers)):
         schedulers.append({"sequence": sequence, "config": {"sequence": sequence, "priority": "STRICT"},
                            "inputs": {"input": [_input(cls)]}})
     if profile.weighted:
@@ -63,16 +103,18 @@ def _input(cls) -> dict:
 
 def instance(profile: QosProfile) -> dict:
     ports = profile.ports or DEFAULT_PORTS
-    queues = [{"name": c.name, "config": {"name": c.name, "queue-id": c.queue}} for c in profile.classes]
-    groups = [{"name": f"fg-{c.name}", "config": {"name": f"fg-{c.name}", "output-queue": c.name}}
-              for c in profile.classes]
+    names = [(c.name, c.queue) for c in profile.classes]
+    if profile.ack_own:
+        names.insert(0, (ACK_QUEUE, profile.ack_queue))
+    queues = [{"name": name, "config": {"name": name, "queue-id": queue}} for name, queue in names]
+    groups = [{"name": f"fg-{name}", "config": {"name": f"fg-{name}", "output-queue": name}} for name, _ in names]
     interfaces = [{
         "interface-id": port, "config": {"interface-id": port},
         "input": {"classifiers": {"classifier": [
             {"type": family, "config": {"type": family, "name": f"geryon-{family.lower()}"}}
             for family in ("IPV4", "IPV6")]}},
         "output": {"scheduler-policy": {"config": {"name": POLICY}},
-                   "queues": {"queue": [{"name": c.name, "config": {"name": c.name}} for c in profile.classes]}},
+                   "queues": {"queue": [{"name": name, "config": {"name": name}} for name, _ in names]}},
     } for port in ports]
     return {"openconfig-qos:qos": {
         "queues": {"queue": queues},

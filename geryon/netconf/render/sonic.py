@@ -11,6 +11,14 @@ Tables produced (map name `GERYON`, schedulers `GERYON_Q<n>`):
   QUEUE|<port>|<n>        scheduler per port and queue
   PORT_QOS_MAP|<port>     dscp_to_tc_map and tc_to_queue_map bound on each port
 
+Pure ACKs (`ack_priority`) are refused: an ACL_RULE can match them by flags — `IP_PROTOCOL` 6 and
+`TCP_FLAGS` "0x10/0x3f" (value/mask: exactly ACK among URG..FIN) — but the ACL_RULE match fields of the
+SONiC Configuration Database Manual and ACL High Level Design (sonic-net/SONiC wiki "Configuration",
+doc/acl/ACL-High-Level-Design.md: ETHER_TYPE, IP_TYPE, IP_PROTOCOL, SRC_IP, DST_IP, L4_SRC_PORT(_RANGE),
+L4_DST_PORT(_RANGE), TCP_FLAGS, DSCP, ...) have no packet length, and a flags-only match would also take
+every bulk data segment sent without PSH (the bulk of a transfer), reordering it against the rest.
+../shared/yang has no sonic-acl model either, so such tables could not be validated here.
+
 Hazards:
   - Stock SONiC (the `AZURE` maps of qos.json.j2) puts DSCP 46 in TC 5 and queue 5 under a DWRR
     scheduler, i.e. a *weighted* queue: EF traffic is not served first until PORT_QOS_MAP points the
@@ -25,7 +33,9 @@ Hazards:
 from geryon.netconf.profile import QosProfile, TargetLimits
 from geryon.netconf.render import Rendering, dump_json
 
-LIMITS = TargetLimits("sonic", max_strict=8)
+LIMITS = TargetLimits("sonic", max_strict=8, ack_match=None,
+                      ack_why="an ACL_RULE matches TCP_FLAGS (0x10/0x3f) but has no packet-length field, so it "
+                              "would also move every bulk data segment sent without PSH into the ACK queue")
 MAP_NAME = "GERYON"
 DEFAULT_PORTS = ("Ethernet0",)
 
