@@ -323,8 +323,8 @@ def test_queueprobe_samples_the_port_backlog_and_the_bytes_in_flight():
     from geryon.sim.queueprobe import probe
 
     before = set(fabric.list_netns("gyq"))
-    row = probe(2, "spread", "bbr", "100mbit", duration=2.0, senders=2)
-    assert row["samples"] >= 10 and row["flows"] == 2
+    row = probe(2, "spread", "bbr", "100mbit", duration=4.0, senders=2)
+    assert row["samples"] >= 5 and row["flows"] == 2
     # at least a few full-size segments in flight per connection, at most a second of the port
     assert 3 * 1448 < row["inflight_per_flow_bytes"] < 100e6 / 8
     assert 0 <= row["mean_bytes"] < 100e6 / 8
