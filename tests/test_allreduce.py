@@ -110,3 +110,48 @@ def test_flows_cap_the_retransmission_backoff():
     assert serve_world_of_threads(2, TransportConfig(secret="t", rto_max_ms=5000), body) == [{5000}, {5000}]
     with pytest.raises(ConfigError, match="rto_max_ms"):
         TransportConfig(secret="t", rto_max_ms=10)
+
+
+def test_piece_bytes_follow_the_link_rate_within_their_bounds():
+    """A rank's pieces: slice_bytes until a rate is known or at low rates; `slice_seconds` of the rate
+    at high ones, at most max_slice_bytes and a quarter of the chunk; never below slice_bytes."""
+    from geryon.transport.allreduce import piece_bytes
+    config = TransportConfig(secret="s", slice_bytes=256 * 1024, max_slice_bytes=4 << 20, slice_seconds=0.02)
+    chunk = 100 << 20
+    assert piece_bytes(config, None, chunk) == 256 * 1024
+    assert piece_bytes(config, 12.5e6, chunk) == 256 * 1024           # 100 Mbit/s: 250 KB < slice_bytes
+    assert piece_bytes(config, 125e6, chunk) == int(125e6 * 0.02)    # 1 Gbit/s: 2.5 MB
+    assert piece_bytes(config, 1.25e9, chunk) == 4 << 20              # 10 Gbit/s: capped
+    assert piece_bytes(config, 125e6, 4 << 20) == 1 << 20             # a quarter of a 4 MiB chunk
+    assert piece_bytes(config, 125e6, 512 * 1024) == 256 * 1024       # never below slice_bytes
+    off = TransportConfig(secret="s", max_slice_bytes=256 * 1024)
+    assert piece_bytes(off, 1.25e9, chunk) == 256 * 1024
+    assert piece_bytes(TransportConfig(secret="s", slice_seconds=0), 1.25e9, chunk) == 256 * 1024
+    with pytest.raises(ConfigError, match="max_slice_bytes"):
+        TransportConfig(secret="s", slice_bytes=1 << 20, max_slice_bytes=256 * 1024)
+    with pytest.raises(ConfigError, match="slice_seconds"):
+        TransportConfig(secret="s", slice_seconds=-1)
+
+
+def test_ranks_that_cut_their_chunks_differently_still_agree_bit_exactly():
+    """Each rank sizes the pieces of the chunks it starts from its own link's rate: here rank r
+    pretends a different rate each, so slices of 1, 2, 4 and 8 KiB meet in one ring, and a rank's
+    rate is learned from a collective big enough to be bandwidth-bound."""
+    config = TransportConfig(secret="t", slice_bytes=1024, max_slice_bytes=8192, slice_seconds=1.0,
+                             bucket_bytes=1 << 20)
+    generator = torch.Generator().manual_seed(7)
+    inputs = [[torch.randn(40_000, generator=generator)] for _ in range(4)]
+
+    def body(group):
+        group.link_rate = [None, 2048.0, 4096.0, 1e9][group.rank]
+        out = group.allreduce([inputs[group.rank][0].clone()])
+        learned = group.link_rate
+        again = group.allreduce([inputs[group.rank][0].clone()], op="avg")
+        return out, again, learned
+
+    results = serve_world_of_threads(4, config, body)
+    want = reference_allreduce_tensors(inputs, None, "sum", 1 << 20)
+    want_avg = reference_allreduce_tensors(inputs, None, "avg", 1 << 20)
+    for out, again, learned in results:
+        assert torch.equal(out[0], want[0]) and torch.equal(again[0], want_avg[0])
+        assert learned is not None and learned > 0    # 120 KB per link >= 16 slices of 1 KiB

@@ -81,7 +81,8 @@ def _dscp_of(policy: str) -> int:
 
 
 def _common(args) -> list[str]:
-    extra = ["--slice-bytes", args.slice_bytes, "--timeout", 120, "--notsent-lowat", args.notsent_lowat,
+    extra = ["--slice-bytes", args.slice_bytes, "--max-slice-bytes", max(args.max_slice_bytes, args.slice_bytes),
+             "--timeout", 120, "--notsent-lowat", args.notsent_lowat,
              "--rto-min-us", args.rto_min_us, "--thread-rt-priority", args.thread_rt_priority]
     if args.congestion:
         extra += ["--congestion", args.congestion]
@@ -356,6 +357,8 @@ def bench_allreduce(args) -> int:
                               "ratio_vs_gloo": ours / theirs, "ratio_vs_line_rate": ours / bound,
                               "gloo_ratio_vs_line_rate": theirs / bound,
                               "header_floor_vs_line_rate": header_floor(args.mtu),
+                              "slice_bytes": args.slice_bytes,
+                              "max_slice_bytes": max(args.max_slice_bytes, args.slice_bytes),
                               "cpu_s_per_gb": _per_gb(_cpu_seconds(mine), wire),
                               "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo), wire)})
     return 0
@@ -399,6 +402,9 @@ def _shared(parser) -> None:
                         "9000: jumbo frames)")
     add_ack_priority_argument(parser, "for every system alike")
     parser.add_argument("--slice-bytes", type=int, default=TransportConfig.slice_bytes)
+    parser.add_argument("--max-slice-bytes", type=int, default=TransportConfig.max_slice_bytes,
+                        help="allreduce: largest piece where the link proved fast (TransportConfig."
+                        "max_slice_bytes; = --slice-bytes: every piece of --slice-bytes)")
     parser.add_argument("--congestion", default=None, help="TCP congestion control, e.g. cubic or bbr")
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,
                         help="TCP_NOTSENT_LOWAT in bytes (0: kernel default)")

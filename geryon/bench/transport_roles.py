@@ -64,6 +64,7 @@ def _config(args) -> TransportConfig:
                            policy=args.policy,
                            class_dscp=tuple(int(d) for d in args.dscp.split(",")),
                            slice_bytes=args.slice_bytes, timeout=args.timeout,
+                           max_slice_bytes=max(args.max_slice_bytes, args.slice_bytes),
                            tcp_congestion=args.congestion,
                            notsent_lowat=args.notsent_lowat or None, rto_min_us=args.rto_min_us or None,
                            thread_rt_priority=args.thread_rt_priority,
@@ -213,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--policy", default="geryon")
     parser.add_argument("--dscp", default="46,0")
     parser.add_argument("--slice-bytes", type=int, default=TransportConfig.slice_bytes)
+    parser.add_argument("--max-slice-bytes", type=int, default=TransportConfig.max_slice_bytes)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--congestion", default=None)
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,

@@ -3,9 +3,12 @@
 Each bucket is split into `world` chunks (`chunk_bounds`); chunk c is owned (ends fully reduced) by
 rank (c - 1) mod world. At reduce-scatter step s rank r sends chunk (r - s) to its right neighbour
 and adds the chunk (r - s - 1) it receives from its left neighbour; then the owners' chunks travel
-once more round the ring (all-gather). Chunks move in slices (TransportConfig.slice_bytes under the
-sliced policies), so reduction and transfer pipeline: each slice is reduced and forwarded by the
-receiving thread as soon as it lands. A reduce-scatter slice lands in that flow's own slice-sized
+once more round the ring (all-gather). Chunks move in slices under the sliced policies, so reduction
+and transfer pipeline: each slice is reduced and forwarded by the receiving thread as soon as it
+lands. A rank cuts the chunks it starts into pieces of TransportConfig.slice_bytes, or larger where
+its link proved fast: about `slice_seconds` at the rate its last bandwidth-bound collective reached
+(`piece_bytes`), at most max_slice_bytes and a quarter of the chunk. A slice's header carries its
+offset and length, and the receiver forwards what it got, so ranks need not cut alike. A reduce-scatter slice lands in that flow's own slice-sized
 scratch buffer (reused, so it stays in cache) and is added in place into the bucket; an all-gather
 slice lands straight in the bucket. Nothing the size of a bucket is allocated per collective.
 
@@ -37,6 +40,19 @@ from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
 from geryon.transport.wire import Kind, byte_view, dtype_code, encode_control, encode_header
 
 log = logging.getLogger(__name__)
+
+BANDWIDTH_BOUND_SLICES = 16   # a collective moving fewer slice_bytes than this gives no rate
+PIECES_PER_CHUNK = 4          # a piece is at most this fraction of a chunk: the ring still pipelines
+
+
+def piece_bytes(config: TransportConfig, link_rate: float | None, chunk_bytes: int) -> int:
+    """Bytes per slice of a chunk this rank starts: `slice_seconds` at `link_rate` (bytes/s, None:
+    unknown), within [slice_bytes, max_slice_bytes] and at most chunk_bytes / PIECES_PER_CHUNK
+    (never below slice_bytes)."""
+    if not link_rate or config.slice_seconds <= 0:
+        return config.slice_bytes
+    target = min(link_rate * config.slice_seconds, config.max_slice_bytes, chunk_bytes / PIECES_PER_CHUNK)
+    return max(config.slice_bytes, int(target))
 
 
 @dataclass
@@ -89,6 +105,8 @@ class _Collective:
     runs: list[_BucketRun]
     average: bool
     remaining: int
+    link_bytes: float = 0.0     # bytes this rank's ring link carries for it (2 (n-1) / n of the data)
+    started: float = field(default_factory=time.monotonic)
     last_progress: float = field(default_factory=time.monotonic)
 
 
@@ -127,6 +145,7 @@ class AllreduceGroup(PoolOwner):
         self._digests: dict[int, dict[int, bytes]] = {}
         self._aborted = False
         self._inboxes: dict[object, _Inbox] = {}   # per receiving flow
+        self.link_rate: float | None = None       # bytes/s of the last bandwidth-bound collective
         self.pool = None
         if world == 1:
             return
@@ -236,7 +255,8 @@ class AllreduceGroup(PoolOwner):
                                    expect_rs=bucket.numel - size[r],
                                    expect_ag=bucket.numel - size[(r + 1) % n],
                                    expect_sent=2 * bucket.numel - size[(r + 1) % n] - size[(r + 2) % n]))
-        collective = _Collective(seq, runs, average, remaining=len(runs))
+        data = sum(b.numel * b.dtype.itemsize for b in buckets)
+        collective = _Collective(seq, runs, average, remaining=len(runs), link_bytes=2 * (n - 1) / n * data)
         with self.pool.cond:
             self._ops[seq] = collective
             self._registered = max(self._registered, seq + 1)
@@ -252,7 +272,8 @@ class AllreduceGroup(PoolOwner):
     def _piece(self, run: _BucketRun) -> int | None:
         if not self.policy.sliced:
             return None
-        return max(1, self.config.slice_bytes // run.bucket.dtype.itemsize)
+        chunk_bytes = (run.bucket.numel // self.world) * run.bucket.dtype.itemsize
+        return max(1, piece_bytes(self.config, self.link_rate, chunk_bytes) // run.bucket.dtype.itemsize)
 
     def _chunk(self, run: _BucketRun, c: int) -> tuple[int, int]:
         c %= self.world
@@ -282,6 +303,12 @@ class AllreduceGroup(PoolOwner):
             collective.remaining -= 1
             if collective.remaining == 0:
                 self._ops.pop(collective.seq, None)
+                # a rate only from a collective long enough to be bandwidth-bound (start-up skew
+                # and latency make shorter ones read low, which only keeps the pieces small)
+                if collective.link_bytes >= BANDWIDTH_BOUND_SLICES * self.config.slice_bytes:
+                    elapsed = time.monotonic() - collective.started
+                    if elapsed > 0:
+                        self.link_rate = collective.link_bytes / elapsed
             self.pool.cond.notify_all()
 
     def _wait(self, collective: _Collective) -> None:

@@ -29,6 +29,13 @@ class TransportConfig:
     class_dscp: tuple[int, ...] = DEFAULT_DSCP   # index = priority class, 0 most urgent
     slice_bytes: int = 256 * 1024
     bucket_bytes: int = 4 * 1024 * 1024          # allreduce: small tensors batched up to this
+    # allreduce: a rank cuts its own chunks into pieces of about `slice_seconds` on the wire at the rate
+    # its ring link reached in the last bandwidth-bound collective, between slice_bytes and this, and at
+    # most a quarter of the chunk (the ring still pipelines). Fewer, larger pieces at high rates halve
+    # the per-slice CPU (docs/transport-profile.md, seventh session); at 100 Mbit/s a piece stays
+    # slice_bytes. Pieces carry their offset and length, so ranks need not agree. = slice_bytes: off.
+    max_slice_bytes: int = 4 * 1024 * 1024
+    slice_seconds: float = 0.02
     timeout: float = 60.0                        # seconds without progress before PeerTimeout
     tcp_congestion: str | None = None            # e.g. "cubic", "bbr"; None = system default
     notsent_lowat: int | None = 128 * 1024       # TCP_NOTSENT_LOWAT; None leaves it alone
@@ -71,6 +78,9 @@ class TransportConfig:
             raise ConfigError(f"job_id {self.job_id} must fit in 32 bits")
         if self.slice_bytes < 1024 or self.bucket_bytes < 1 or not 0 < self.timeout < math.inf:
             raise ConfigError("slice_bytes must be >= 1024, bucket_bytes >= 1 and timeout > 0")
+        if self.max_slice_bytes < self.slice_bytes or not 0 <= self.slice_seconds < math.inf:
+            raise ConfigError(f"max_slice_bytes {self.max_slice_bytes} must be >= slice_bytes "
+                              f"{self.slice_bytes}, and slice_seconds >= 0 (0: pieces of slice_bytes)")
         get_policy(self.policy)
         if self.rto_max_ms is not None and not 1000 <= self.rto_max_ms <= 120_000:
             raise ConfigError(f"rto_max_ms {self.rto_max_ms}: Linux accepts 1000..120000 (or None)")
