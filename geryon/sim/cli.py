@@ -49,7 +49,8 @@ def add_commands(commands, bench) -> None:
     parser.add_argument("--exact", action="store_true", help="per-connection model (<= 64 workers)")
     parser.add_argument("--emulated-tcp", type=float, metavar="SIZE_SCALE",
                         help="add the emulation's TCP effects (bbr port queues measured by "
-                             "geryon.sim.queueprobe, 16 KiB NOTSENT_LOWAT) at this byte scale, e.g. 0.01")
+                             "geryon.sim.queueprobe, 16 KiB NOTSENT_LOWAT plus the bytes in flight it measured) at "
+                             "this byte scale, e.g. 0.01")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="per-frame delivery latency")
     parser.add_argument("--pull", choices=("end", "ahead"), default="end",
                         help="when a worker asks for the next parameters: after its last push (end, "
@@ -68,24 +69,27 @@ def _setting(args, scale: float) -> SimSetting:
     if args.bw is not None and not 1 <= args.bw <= 400:
         raise ConfigError(f"--bw must be 1-400 Gbit/s, got {args.bw:g}")
     thresholds = tuple(float(t) for t in args.thresholds.split(",")) if args.thresholds else ()
-    tcp = {}
-    if args.emulated_tcp is not None:
-        from geryon.sim.queues import emulated_queues
-        if not 0 < args.emulated_tcp <= 1:
-            raise ConfigError(f"--emulated-tcp is a byte scale in (0, 1], got {args.emulated_tcp:g}")
-        port = (args.bw * 1e9 if args.bw else LINKS[args.link]) * args.emulated_tcp
-        tcp = {"backlog_bytes": 16384 / args.emulated_tcp,
-               "queues": emulated_queues("bbr", port).scaled(1 / args.emulated_tcp)}
+    if args.emulated_tcp is not None and not 0 < args.emulated_tcp <= 1:
+        raise ConfigError(f"--emulated-tcp is a byte scale in (0, 1], got {args.emulated_tcp:g}")
     if args.latency_ms < 0:
         raise ConfigError(f"--latency-ms must be >= 0, got {args.latency_ms:g}")
-    return SimSetting(latency_s=args.latency_ms / 1e3, **tcp,
-                      link=None if args.bw else args.link,
-                      bw_bps=args.bw * 1e9 if args.bw else LINKS[args.link], workers=args.workers,
-                      servers=args.servers, layout=args.layout, topology=args.topology,
-                      oversubscription=args.oversubscription, hosts_per_leaf=args.hosts_per_leaf,
-                      classes=args.classes, thresholds=thresholds, slice_params=args.slice_params,
-                      placement=args.placement, compute_scale=scale, iterations=args.iterations,
-                      exact=args.exact, pull_ahead=args.pull == "ahead")
+    setting = SimSetting(latency_s=args.latency_ms / 1e3,
+                         link=None if args.bw else args.link,
+                         bw_bps=args.bw * 1e9 if args.bw else LINKS[args.link], workers=args.workers,
+                         servers=args.servers, layout=args.layout, topology=args.topology,
+                         oversubscription=args.oversubscription, hosts_per_leaf=args.hosts_per_leaf,
+                         classes=args.classes, thresholds=thresholds, slice_params=args.slice_params,
+                         placement=args.placement, compute_scale=scale, iterations=args.iterations,
+                         exact=args.exact, pull_ahead=args.pull == "ahead")
+    if args.emulated_tcp is None:
+        return setting
+    # the same TCP effects as --compare's (compare.tcp_effects), for bbr
+    from geryon.sim.compare import port_connections
+    from geryon.sim.queues import emulated_inflight, emulated_queues
+    port = setting.bw_bps * args.emulated_tcp
+    inflight = emulated_inflight("bbr", port, port_connections(setting)) or 0.0
+    return replace(setting, backlog_bytes=(16384 + inflight) / args.emulated_tcp,
+                   queues=emulated_queues("bbr", port).scaled(1 / args.emulated_tcp))
 
 
 def _say(args, text: str) -> None:
