@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from sshd_support import forced_command_sshd
 from qos_golden import ACK_CASES, ACK_OWN_PROFILE, PORTS, ack_golden_path, ack_profile, ack_rendering
 from test_qos_render import YANG, yanglint
 from test_qos_vendor_session import fake_switch  # noqa: F401  (the sshd stand-in fixture)
@@ -265,47 +266,17 @@ exec ip netns exec {netns} sh -c "$SSH_ORIGINAL_COMMAND"
 @pytest.fixture
 def linux_host(tmp_path, unique_name, monkeypatch):
     """A "Linux host" behind a real sshd: every command runs in a namespace with a veth gyd0 (no qdisc)."""
-    import os
-    import socket
-    import time
-
     from geryon import envvars
 
     monkeypatch.setenv(envvars.STATE_DIR, str(tmp_path / "state"))
     netns = f"gy{unique_name}h"
     subprocess.run(["ip", "netns", "add", netns], check=True)
-    daemon = None
     try:
         subprocess.run(["ip", "-n", netns, "link", "add", "gyd0", "type", "veth", "peer", "name", "gyd1"], check=True)
         subprocess.run(["ip", "-n", netns, "link", "set", "gyd0", "up"], check=True)
-        for name in ("host", "client"):
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / name)], check=True)
-        (tmp_path / "authorized_keys").write_text((tmp_path / "client.pub").read_text())
-        script = tmp_path / "host.sh"
-        script.write_text(LINUX_HOST.format(netns=netns))
-        script.chmod(0o755)
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-        config = tmp_path / "sshd.conf"
-        config.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {tmp_path / 'host'}\n"
-                          f"AuthorizedKeysFile {tmp_path / 'authorized_keys'}\nPubkeyAuthentication yes\n"
-                          "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-                          f"PidFile {tmp_path / 'sshd.pid'}\nForceCommand {script}\n")
-        log = tmp_path / "sshd.log"
-        daemon = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(config), "-E", str(log)])
-        deadline = time.monotonic() + 10
-        while not (log.exists() and "Server listening" in log.read_text()):
-            assert time.monotonic() < deadline, "sshd did not start"
-            time.sleep(0.05)
-        key = " ".join((tmp_path / "host.pub").read_text().split()[:2])
-        (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{port} {key}\n")
-        yield tmp_path, port, netns
+        with forced_command_sshd(tmp_path, LINUX_HOST.format(netns=netns)) as port:
+            yield tmp_path, port, netns
     finally:
-        if daemon:
-            daemon.terminate()
-            daemon.wait(5)
         subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
 
 

@@ -7,14 +7,11 @@ session steps in order, the read-back comparison, the roll back on a failed read
 """
 
 import json
-import os
-import socket
-import subprocess
-import time
 
 import pytest
 
 from geryon.cli import main
+from sshd_support import forced_command_sshd
 
 pytestmark = pytest.mark.root
 RECORDER = """#!/bin/sh
@@ -32,34 +29,8 @@ exit 0
 
 @pytest.fixture
 def fake_switch(tmp_path):
-    for name in ("host", "client"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / name)], check=True)
-    (tmp_path / "authorized_keys").write_text((tmp_path / "client.pub").read_text())
-    recorder = tmp_path / "switch.sh"
-    recorder.write_text(RECORDER)
-    recorder.chmod(0o755)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-    config = tmp_path / "sshd.conf"
-    config.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {tmp_path / 'host'}\n"
-                      f"AuthorizedKeysFile {tmp_path / 'authorized_keys'}\nPubkeyAuthentication yes\n"
-                      "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-                      f"PidFile {tmp_path / 'sshd.pid'}\nForceCommand {recorder}\n")
-    log = tmp_path / "sshd.log"
-    daemon = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(config), "-E", str(log)])
-    try:
-        deadline = time.monotonic() + 10
-        while not (log.exists() and "Server listening" in log.read_text()):
-            assert time.monotonic() < deadline, "sshd did not start"
-            time.sleep(0.05)
-        key = " ".join((tmp_path / "host.pub").read_text().split()[:2])
-        (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{port} {key}\n")
+    with forced_command_sshd(tmp_path, RECORDER) as port:
         yield tmp_path, port
-    finally:
-        daemon.terminate()
-        daemon.wait(5)
 
 
 def apply(folder, port, capsys, *extra):
