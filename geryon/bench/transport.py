@@ -80,8 +80,13 @@ def _dscp_of(policy: str) -> int:
     return config.flow_dscp(config.scheduling.flow_of(0))
 
 
+def _max_slice_bytes(args) -> int:
+    """--max-slice-bytes, at least --slice-bytes (a larger --slice-bytes alone means fixed pieces of it)."""
+    return max(args.max_slice_bytes, args.slice_bytes)
+
+
 def _common(args) -> list[str]:
-    extra = ["--slice-bytes", args.slice_bytes, "--max-slice-bytes", max(args.max_slice_bytes, args.slice_bytes),
+    extra = ["--slice-bytes", args.slice_bytes, "--max-slice-bytes", _max_slice_bytes(args),
              "--timeout", 120, "--notsent-lowat", args.notsent_lowat,
              "--rto-min-us", args.rto_min_us, "--thread-rt-priority", args.thread_rt_priority]
     if args.congestion:
@@ -358,7 +363,7 @@ def bench_allreduce(args) -> int:
                               "gloo_ratio_vs_line_rate": theirs / bound,
                               "header_floor_vs_line_rate": header_floor(args.mtu),
                               "slice_bytes": args.slice_bytes,
-                              "max_slice_bytes": max(args.max_slice_bytes, args.slice_bytes),
+                              "max_slice_bytes": _max_slice_bytes(args),
                               "cpu_s_per_gb": _per_gb(_cpu_seconds(mine), wire),
                               "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo), wire)})
     return 0

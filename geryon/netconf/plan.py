@@ -326,9 +326,9 @@ def _htb_plan(dev, classes, rate, netns, queue_limit, notes=(), ack_priority="of
         ClassOp(dev, "htb", PARENT_CLASS, ROOT, _htb_class_params(rate, rate)),
     ]
     own = ack_priority == "own"
-    ack_rate = max(int(rate * ACK_SHARE), MIN_CLASS_RATE) if own else 0
+    ack_rate, ack_class, ack_leaf = ack_class_ops(dev, rate, queue_limit) if own else (0, None, None)
     if own:
-        ops.append(ClassOp(dev, "htb", ACK_CLASS_ID, PARENT_CLASS, _htb_class_params(ack_rate, rate, 0)))
+        ops.append(ack_class)
     rates = _class_rates(rate, len(classes))
     rates[0] -= ack_rate  # the ACK class's guarantee comes out of the top class's
     if rates[0] < MIN_CLASS_RATE:
@@ -338,7 +338,7 @@ def _htb_plan(dev, classes, rate, netns, queue_limit, notes=(), ack_priority="of
         ops.append(ClassOp(dev, "htb", classid, PARENT_CLASS, _htb_class_params(class_rate, rate, prio)))
     ops += _leaves(dev, class_ids, queue_limit)
     if own:
-        ops.append(QdiscOp(dev, "pfifo", ACK_CLASS_ID.split(":")[1] + ":", ACK_CLASS_ID, (("limit", queue_limit),)))
+        ops.append(ack_leaf)
     ops += _filters(dev, classes, class_ids, "u32", ack_priority)
     return QueuePlan(dev, "htb", classes, class_ids, tuple(ops), rate, netns, tuple(notes))
 
@@ -361,6 +361,24 @@ def _strict_plan(dev, classes, qdisc, classifier, netns, queue_limit, ack_priori
     return QueuePlan(dev, qdisc, classes, class_ids, tuple(ops), None, netns, notes)
 
 
+def ack_class_ops(dev: str, rate: int, queue_limit: int = QUEUE_LIMIT) -> tuple[int, ClassOp, QdiscOp]:
+    """Ack priority "own": the guaranteed rate of the pure-ACK class (ACK_SHARE of `rate`, which the caller
+    takes from the top class), the class ACK_CLASS_ID itself (HTB prio 0, above every priority class,
+    ceil `rate`) and its pfifo leaf."""
+    ack_rate = max(int(rate * ACK_SHARE), MIN_CLASS_RATE)
+    return (ack_rate, ClassOp(dev, "htb", ACK_CLASS_ID, PARENT_CLASS, _htb_class_params(ack_rate, rate, 0)),
+            QdiscOp(dev, "pfifo", ACK_CLASS_ID.split(":")[1] + ":", ACK_CLASS_ID, (("limit", queue_limit),)))
+
+
+def ack_filter_ops(dev: str, ack_priority: str, top_class: str, default_class: str) -> tuple[list, int]:
+    """The pure-ACK u32 filters at prefs 1-2 (to ACK_CLASS_ID for "own", else `top_class`), unless the
+    mode is off or that class is the qdisc's default anyway; and the first pref left for DSCP filters."""
+    ack_class = ACK_CLASS_ID if ack_priority == "own" else top_class
+    if ack_priority == "off" or ack_class == default_class:
+        return [], 1
+    return [AckFilterOp(dev, ROOT, protocol, pref, ack_class) for pref, protocol in ((1, "ip"), (2, "ipv6"))], 3
+
+
 def _leaves(dev, class_ids, queue_limit) -> list[QdiscOp]:
     return [QdiscOp(dev, "pfifo", f"{0x10 + i:x}:", classid, (("limit", queue_limit),))
             for i, classid in enumerate(class_ids)]
@@ -371,13 +389,7 @@ def _filters(dev, classes, class_ids, classifier, ack_priority) -> list:
 
     The lowest class needs no filter: it is the qdisc's default. u32 wants one protocol per pref, and
     tries lower prefs first, so the ACK filters take prefs 1-2 and the DSCP filters follow."""
-    filters: list = []
-    first_dscp_pref = 1
-    ack_class = ACK_CLASS_ID if ack_priority == "own" else class_ids[0]
-    if ack_priority != "off" and ack_class != class_ids[-1]:
-        filters += [AckFilterOp(dev, ROOT, protocol, pref, ack_class)
-                    for pref, protocol in ((1, "ip"), (2, "ipv6"))]
-        first_dscp_pref = 3
+    filters, first_dscp_pref = ack_filter_ops(dev, ack_priority, class_ids[0], class_ids[-1])
     for pref, protocol in ((first_dscp_pref, "ip"), (first_dscp_pref + 1, "ipv6")):
         for cls, classid in zip(classes[:-1], class_ids[:-1]):
             filters.append(FilterOp(dev, ROOT, protocol, pref, cls.dscp, classid, classifier))

@@ -83,13 +83,9 @@ def _setting(args, scale: float) -> SimSetting:
                          exact=args.exact, pull_ahead=args.pull == "ahead")
     if args.emulated_tcp is None:
         return setting
-    # the same TCP effects as --compare's (compare.tcp_effects), for bbr
-    from geryon.sim.compare import port_connections
-    from geryon.sim.queues import emulated_inflight, emulated_queues
-    port = setting.bw_bps * args.emulated_tcp
-    inflight = emulated_inflight("bbr", port, port_connections(setting)) or 0.0
-    return replace(setting, backlog_bytes=(16384 + inflight) / args.emulated_tcp,
-                   queues=emulated_queues("bbr", port).scaled(1 / args.emulated_tcp))
+    from geryon.sim.compare import emulated_tcp   # the same TCP effects as --compare's, for bbr
+    fields, _ = emulated_tcp(setting, setting.bw_bps * args.emulated_tcp, args.emulated_tcp)
+    return replace(setting, **fields)
 
 
 def _say(args, text: str) -> None:

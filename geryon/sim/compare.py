@@ -52,6 +52,7 @@ from geryon.transport.policy import POLICIES
 # `bench paper` starts its replayed roles without --within-class: replay_roles' default "fifo"
 # (urgency 0 for every tensor), so its endhost and geryon order a send queue by class, then arrival
 BENCH_WITHIN_CLASS = "fifo"
+BENCH_NOTSENT_LOWAT = 16384   # bytes: bench paper's TCP_NOTSENT_LOWAT where a record does not say
 
 
 def load_rows(path) -> list[dict]:
@@ -137,21 +138,28 @@ def port_connections(setting: SimSetting) -> int:
     return max(setting.workers, setting.server_count)
 
 
+def emulated_tcp(setting: SimSetting, port_bps: float, size_scale: float, congestion: str = "bbr",
+                 notsent_lowat: float = BENCH_NOTSENT_LOWAT) -> tuple[dict, list[str]]:
+    """The socket backlog and port queues (paper bytes) of `setting` emulated on `port_bps` ports with
+    bytes x `size_scale`, from the measured tables (queues.py); and what was not measured."""
+    table = emulated_queues(congestion, port_bps)
+    inflight = emulated_inflight(congestion, port_bps, port_connections(setting))
+    fields = {"backlog_bytes": (notsent_lowat + (inflight or 0.0)) / size_scale,
+              "queues": table.scaled(1.0 / size_scale) if table is not None else None}
+    notes = [] if table is not None else [f"no measured queues for {congestion}"]
+    if inflight is None:
+        notes.append(f"no measured bytes in flight for {congestion}")
+    return fields, notes
+
+
 def tcp_effects(row: dict, setting: SimSetting, harness_s: float | None) -> dict:
     """The TCP/harness fields of SimSetting for a measured row (see the module doc), and a note."""
     size_scale = float(row.get("size_scale") or 1.0)
     wall_scale = float(row.get("wall_scale") or 1.0)
     port_bits = setting.bw_bps * size_scale / wall_scale       # the emulated port's rate
-    congestion = row.get("congestion") or "bbr"
-    table = emulated_queues(congestion, port_bits)
-    inflight = emulated_inflight(congestion, port_bits, port_connections(setting))
-    fields = {"backlog_bytes": (float(row.get("notsent_lowat") or 16384) + (inflight or 0.0)) / size_scale,
-              "compute_scale": measured_compute_scale(row, setting),
-              "queues": table.scaled(1.0 / size_scale) if table is not None else None,
-              "latency_s": max(0.0, harness_s or 0.0) / 2}
-    notes = [] if table is not None else [f"no measured queues for {congestion}"]
-    if inflight is None:
-        notes.append(f"no measured bytes in flight for {congestion}")
+    fields, notes = emulated_tcp(setting, port_bits, size_scale, row.get("congestion") or "bbr",
+                                 float(row.get("notsent_lowat") or BENCH_NOTSENT_LOWAT))
+    fields.update(compute_scale=measured_compute_scale(row, setting), latency_s=max(0.0, harness_s or 0.0) / 2)
     if harness_s is None:
         notes.append("no control row: no frame latency")
     return fields, "; ".join(notes)

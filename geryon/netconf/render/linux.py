@@ -22,8 +22,8 @@ Hazards:
 """
 
 from geryon.netconf.classes import PriorityClass
-from geryon.netconf.plan import (ACK_CLASS_ID, ACK_SHARE, HTB_QUANTUM, LOW_SHARE, MIN_CLASS_RATE, PARENT_CLASS,
-                                 QUEUE_LIMIT, ROOT, UNSHAPED_RATE, AckFilterOp, ClassOp, FilterOp, QdiscOp, QueuePlan,
+from geryon.netconf.plan import (HTB_QUANTUM, LOW_SHARE, MIN_CLASS_RATE, PARENT_CLASS, QUEUE_LIMIT, ROOT,
+                                 UNSHAPED_RATE, ClassOp, FilterOp, QdiscOp, QueuePlan, ack_class_ops, ack_filter_ops,
                                  format_tc_rate)
 from geryon.errors import TargetLimitError
 from geryon.netconf.profile import QosProfile, TargetLimits
@@ -58,13 +58,12 @@ def build_plan(profile: QosProfile, dev: str, netns: str | None = None) -> Queue
     own = profile.ack_own
     rates = class_rates(profile, rate)
     if own:  # the ACK class's guarantee comes out of the top class's, as in geryon.netconf.plan
-        ack_rate = max(int(rate * ACK_SHARE), MIN_CLASS_RATE)
+        ack_rate, ack_class_op, ack_leaf = ack_class_ops(dev, rate)
         if rates[0] - ack_rate < MIN_CLASS_RATE:
             raise TargetLimitError(f"linux: rate {format_tc_rate(rate)} is too low for a pure-ACK class: give a "
                                    "higher rate or ack_priority = 'top'")
         rates[0] -= ack_rate
-        ops.append(ClassOp(dev, "htb", ACK_CLASS_ID, PARENT_CLASS, (("rate", ack_rate), ("ceil", rate),
-                                                                    ("prio", 0), ("quantum", HTB_QUANTUM))))
+        ops.append(ack_class_op)
     weighted_prio = len(profile.strict_classes) + int(own)
     for index, (cls, classid, class_rate) in enumerate(zip(profile.classes, class_ids, rates)):
         prio = index + int(own) if cls.strict else weighted_prio
@@ -74,12 +73,9 @@ def build_plan(profile: QosProfile, dev: str, netns: str | None = None) -> Queue
     ops += [QdiscOp(dev, "pfifo", f"{0x10 + i:x}:", classid, (("limit", QUEUE_LIMIT),))
             for i, classid in enumerate(class_ids)]
     if own:
-        ops.append(QdiscOp(dev, "pfifo", ACK_CLASS_ID.split(":")[1] + ":", ACK_CLASS_ID, (("limit", QUEUE_LIMIT),)))
-    first_pref = 1
-    ack_class = ACK_CLASS_ID if own else class_ids[0]
-    if profile.ack_priority != "off" and ack_class != default_id:  # ACKs the default class gets need no filter
-        ops += [AckFilterOp(dev, ROOT, protocol, pref, ack_class) for pref, protocol in ((1, "ip"), (2, "ipv6"))]
-        first_pref = 3
+        ops.append(ack_leaf)
+    ack_filters, first_pref = ack_filter_ops(dev, profile.ack_priority, class_ids[0], default_id)
+    ops += ack_filters
     for pref, protocol in ((first_pref, "ip"), (first_pref + 1, "ipv6")):
         for cls, classid in zip(profile.classes, class_ids):
             if cls.name == profile.default_class:
