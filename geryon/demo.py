@@ -66,6 +66,9 @@ def add_commands(commands, bench) -> None:
     parser.add_argument("--servers", type=int, default=2, help="parameter servers (default 2)")
     parser.add_argument("--policies", default=DEFAULT_POLICIES,
                         help=f"policies to compare, the first is the baseline (default {DEFAULT_POLICIES})")
+    parser.add_argument("--ps-pull", choices=("end", "ahead"), default="end",
+                        help="when the workers ask for the next parameters: once step() runs (end, the "
+                             "default) or with the first push of backward (ahead); see docs/ps-optimizers.md")
     parser.add_argument("--timeline", metavar="PREFIX", default=None,
                         help="also write each run's trace to PREFIX-<policy>.json")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -76,7 +79,8 @@ def launch_argv(policy: str, args, timeline: str | None = None) -> list[str]:
     """The `python -m geryon.launch` command line of one run."""
     argv = [sys.executable, "-m", "geryon.launch", "--emulate", "--bw", args.bw, "--mode", "ps",
             "--workers", str(args.workers), "--servers", str(args.servers), "--policy", policy,
-            "--grace", "2", "--timeout", str(60 + 30 * args.iterations)]
+            "--grace", "2", "--timeout", str(60 + 30 * args.iterations),
+            "--ps-pull", getattr(args, "ps_pull", "end")]
     if timeline:
         argv += ["--timeline", timeline]
     return argv + [str(EXAMPLE), "--iterations", str(args.iterations), "--width", str(args.width),
@@ -104,8 +108,8 @@ def run_policy(policy: str, args, progress=sys.stderr) -> DemoRun:
     """Run the job with one policy, echoing its progress; raises GeryonError if it fails."""
     timeline = f"{os.path.abspath(args.timeline)}-{policy}.json" if args.timeline else None
     argv = launch_argv(policy, args, timeline)
-    print(f"== {policy}: {args.workers} workers, {args.servers} servers at {args.bw} "
-          f"(building the cluster, starting ranks)", file=progress, flush=True)
+    print(f"== {policy}: {args.workers} workers, {args.servers} servers at {args.bw}, pull "
+          f"{getattr(args, 'ps_pull', 'end')} (building the cluster, starting ranks)", file=progress, flush=True)
     started = time.monotonic()
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                stdin=subprocess.DEVNULL)

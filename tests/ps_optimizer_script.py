@@ -43,8 +43,38 @@ class Lamb(torch.optim.Optimizer):
                 p.add_(update, alpha=-group["lr"] * float(trust))
 
 
+class Branchy(torch.nn.Module):
+    """`extra` serves only the rows asked for (none: no gradient at all); `never` is never used."""
+
+    def __init__(self):
+        super().__init__()
+        self.body, self.head = torch.nn.Linear(FEATURES, 8), torch.nn.Linear(8, CLASSES)
+        self.extra, self.never = torch.nn.Linear(8, CLASSES), torch.nn.Linear(8, CLASSES)
+
+    def forward(self, x, extra_rows):
+        hidden = torch.relu(self.body(x))
+        out = self.head(hidden)
+        if len(extra_rows):
+            out = out.index_add(0, extra_rows, self.extra(hidden[extra_rows]))
+        return out
+
+
+class Recomputed(torch.nn.Sequential):
+    """The hidden block runs under activation checkpointing: backward runs its forward again."""
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        hidden = checkpoint(lambda t: self[1](self[0](t)), x, use_reentrant=False)
+        return self[2](hidden)
+
+
 def build(case: str):
     torch.manual_seed(1)
+    if case == "adam_unused":
+        return Branchy()
+    if case == "checkpointed":
+        return Recomputed(torch.nn.Linear(FEATURES, 8), torch.nn.ReLU(), torch.nn.Linear(8, CLASSES))
     layers = [torch.nn.Linear(FEATURES, 8)]
     if case == "bn":
         layers.append(torch.nn.BatchNorm1d(8))
@@ -73,13 +103,17 @@ def optimizer_for(case: str, model, steps: int):
             cosine = torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=steps - 2)
             return torch.optim.lr_scheduler.SequentialLR(o, [warmup, cosine], milestones=[2])
         return opt, None, schedule
+    if case == "adam_unused":   # skipping a tensor without a gradient matters: state and decay
+        return torch.optim.Adam(params, lr=0.01, weight_decay=0.05), None, None
+    if case == "late_lr":
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9), None, None
     if case in ("adam_amsgrad", "checkpoint"):
         return torch.optim.Adam(params, lr=0.01, amsgrad=True, weight_decay=0.01), None, None
     if case == "rmsprop":
         return torch.optim.RMSprop(params, lr=0.01, momentum=0.5, centered=True), None, None
     if case == "lamb":
         return Lamb(params, lr=0.02), None, None
-    if case in ("clip", "torch_clip", "bn"):
+    if case in ("clip", "torch_clip", "bn", "checkpointed"):
         return torch.optim.SGD(params, lr=0.5, momentum=0.9), None, None
     raise SystemExit(f"unknown case {case}")
 
@@ -106,9 +140,20 @@ def main() -> None:
     if make_scheduler is not None:
         scheduler = make_scheduler(optimizer)
 
+    def forward(step: int):
+        if args.case != "adam_unused":
+            return model(inputs[step][mine])
+        # the extra head serves global rows 0..3 on even steps: worker 0 only, and nobody on odd steps
+        rows = torch.arange(GLOBAL_BATCH)[mine]
+        wanted = (rows < GLOBAL_BATCH // 2) & torch.tensor(step % 2 == 0)
+        return model(inputs[step][mine], extra_rows=wanted.nonzero().squeeze(1))
+
     def train(step: int) -> None:
         optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(inputs[step][mine]), labels[step][mine]).backward()
+        torch.nn.functional.cross_entropy(forward(step), labels[step][mine]).backward()
+        if args.case == "late_lr":   # a warm-up written between backward and step()
+            for group in optimizer.param_groups:
+                group["lr"] = 0.05 * (step + 1)
         if args.case == "clip":
             geryon.clip_grad_norm_(optimizer, 0.05)
         if args.case == "torch_clip":   # .grad must hold the averaged gradient (workers step)

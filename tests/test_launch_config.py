@@ -50,6 +50,12 @@ def test_ps_optimizer_flag_and_twin():
     assert parse("--local", "--mode", "ps", SCRIPT, GERYON_PS_OPTIMIZER="server").ps_optimizer == "server"
 
 
+def test_ps_pull_flag_and_twin():
+    assert parse("--local", "--mode", "ps", SCRIPT).ps_pull == "auto"
+    assert parse("--local", "--mode", "ps", "--ps-pull", "ahead", SCRIPT).ps_pull == "ahead"
+    assert parse("--local", "--mode", "ps", SCRIPT, GERYON_PS_PULL="end").ps_pull == "end"
+
+
 def test_flag_wins_over_twin():
     assert parse("--local", "--workers", "5", SCRIPT, GERYON_WORKERS="3").workers == 5
 
@@ -79,6 +85,8 @@ def test_emulate_flags():
     ([SCRIPT], {"GERYON_LOCAL": "maybe"}, "use 1 or 0"),
     (["--local", "--ps-optimizer", "worker", SCRIPT], {}, "--mode ps only"),
     (["--local", "--mode", "ps", "--ps-optimizer", "gpu", SCRIPT], {}, "unknown --ps-optimizer"),
+    (["--local", "--ps-pull", "ahead", SCRIPT], {}, "--mode ps only"),
+    (["--local", "--mode", "ps", "--ps-pull", "early", SCRIPT], {}, "unknown --ps-pull"),
 ])
 def test_bad_input_is_a_clear_error(argv, env, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):

@@ -120,6 +120,94 @@ def _serve(workers, params, config, spec, work):
     return results
 
 
+
+def test_step_and_pull_sent_ahead_with_absent_tensors_follow_one_process():
+    """--ps-pull ahead on the wire: STEP (every tensor marked present) and the pull of i + 1 leave
+    before any push of i; a tensor without a gradient is an ABSENT frame per shard, and one that no
+    worker has a gradient for is left alone (Adam with weight decay would move it otherwise)."""
+    workers, iterations, batch = 2, 4, 4
+    settings = dict(lr=0.01, weight_decay=0.1)
+    torch.manual_seed(5)
+    inputs = torch.randn(iterations, workers * batch, 10)
+    lrs = [0.01, 0.02, 0.005, 0.01]
+    uses_head = [True, False, True, False]
+
+    def loss_of(model, x, i):
+        hidden = model[1](model[0](x))
+        return model[2](hidden).square().mean() if uses_head[i] else hidden.square().mean()
+
+    reference = _model()
+    optimizer = torch.optim.Adam(reference.parameters(), **settings)
+    for i in range(iterations):
+        optimizer.param_groups[0]["lr"] = lrs[i]
+        optimizer.zero_grad(set_to_none=True)
+        loss_of(reference, inputs[i], i).backward()
+        optimizer.step()
+    model0 = _model()
+    spec = describe_optimizer(torch.optim.Adam(model0.parameters(), **settings), list(model0.parameters()))
+    initial = [p.detach().clone() for p in model0.parameters()]
+    config = TransportConfig(secret="t", policy="geryon", slice_bytes=1024, timeout=20)
+
+    def work(rank, worker, local):
+        model = _model()
+        for p, t in zip(model.parameters(), local):
+            p.data = t
+        part = slice(rank * batch, (rank + 1) * batch)
+        for i in range(iterations):
+            worker.wait_all()
+            groups = [dict(spec.groups[0], lr=lrs[i])]
+            worker.send_step(torch.tensor([0.0, 0.0, 0.0, *hyper_vector(groups, spec), *[1.0] * len(local)],
+                                          dtype=torch.float64))
+            worker.pull(i + 1)
+            model.zero_grad(set_to_none=True)
+            loss_of(model, inputs[i][part], i).backward()
+            for tensor, param in enumerate(model.parameters()):
+                if param.grad is None:
+                    worker.push_absent(tensor)
+                else:
+                    worker.push_tensor(tensor, param.grad)
+            worker.iteration += 1
+        worker.wait_all()
+        return [p.detach().clone() for p in model.parameters()]
+
+    for result in _serve(workers, initial, config, spec, work):
+        for got, want in zip(result, reference.parameters()):
+            torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_malformed_or_untimely_absent_frame_is_a_protocol_error():
+    """ABSENT is validated like a push: its shard must exist, the iteration be the shard's, once."""
+    from types import SimpleNamespace
+
+    from geryon.errors import ProtocolError
+    from geryon.transport.wire import Kind, decode_header, encode_control
+
+    params = [torch.zeros(6)]
+    config = TransportConfig(secret="t", slice_bytes=1024, timeout=5)
+    server = ParameterServer(0, 1, 2, params, config, ("127.0.0.1", 0), step_frames=True)
+    try:
+        flow = SimpleNamespace(peer_id=0, name="worker0")
+        server.joined.add(0)
+
+        def absent(payload, iteration=0, tensor=0):
+            frame = encode_control(Kind.ABSENT, payload, job_id=config.job_id, iteration=iteration,
+                                   tensor_id=tensor)
+            header = decode_header(frame[:44], job_id=config.job_id, max_payload=1 << 20)
+            server.control(flow, header, payload)
+
+        with pytest.raises(ProtocolError, match="malformed ABSENT"):
+            absent(b"\x00")
+        with pytest.raises(ProtocolError, match="names no shard"):
+            absent((3).to_bytes(8, "big"))
+        with pytest.raises(ProtocolError, match="out of step"):
+            absent((0).to_bytes(8, "big"), iteration=1)
+        absent((0).to_bytes(8, "big"))
+        with pytest.raises(ProtocolError, match="already pushed"):
+            absent((0).to_bytes(8, "big"))
+        assert server.shards[(0, 0)].version == 0   # one of two workers: not complete
+    finally:
+        server.close()
+
 @pytest.mark.parametrize("name", ["Adam", "RMSprop", "SGD"])
 def test_schedule_clipping_and_unused_tensors_follow_one_process(name):
     """Per-step learning rates, clipping by the global norm and a frozen-by-usage layer, 2 servers."""

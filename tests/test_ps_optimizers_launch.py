@@ -58,9 +58,11 @@ def _launch(tmp_path, case: str, *flags, script_args=()) -> tuple[dict, str]:
     ("torch_clip", ["--ps-optimizer", "worker"], "every worker runs SGD"),
     ("checkpoint", [], "run Adam"),
     ("checkpoint", ["--ps-optimizer", "worker"], "every worker runs Adam"),
+    ("adam_unused", [], "run Adam"),
+    ("late_lr", [], "run SGD"),
 ], ids=["sgd-steplr", "sgd-onecycle", "adamw-2groups-warmup-cosine", "adam-amsgrad", "rmsprop",
         "lamb-workers-step", "clip-servers", "torch-clip-workers", "checkpoint-servers",
-        "checkpoint-workers"])
+        "checkpoint-workers", "adam-unused-tensors", "lr-set-between-backward-and-step"])
 def test_ps_equals_one_process(tmp_path, single, case, flags, who):
     params, stdout = _launch(tmp_path, case, *PS, *flags)
     assert who in stdout
@@ -73,6 +75,52 @@ def test_ps_equals_allreduce(tmp_path, case):
     ps, _ = _launch(tmp_path, case, *PS)
     allreduce, _ = _launch(tmp_path, case, "--local", "--mode", "allreduce", "--workers", "2")
     _assert_same(ps, allreduce)
+
+
+AHEAD = ["--ps-pull", "ahead"]
+
+
+@pytest.mark.parametrize("case,flags", [
+    ("adamw_groups", AHEAD), ("checkpoint", AHEAD), ("checkpointed", AHEAD),
+    ("lamb", []), ("torch_clip", ["--ps-optimizer", "worker", *AHEAD]),
+], ids=["adamw-2groups-warmup-cosine", "checkpoint", "activation-checkpointing", "lamb-workers-auto",
+        "torch-clip-workers"])
+def test_pull_ahead_equals_one_process(tmp_path, single, case, flags):
+    """--ps-pull ahead (the servers stepping) and auto (the workers stepping: ahead) train alike."""
+    params, _ = _launch(tmp_path, case, *PS, *flags)
+    _assert_same(params, single(case))
+
+
+@pytest.mark.parametrize("case", ["adam_unused", "bn"])
+def test_pull_ahead_is_bit_equal_to_pull_end(tmp_path, single, case):
+    """The same updates in the same order, only earlier: with tensors no worker (ABSENT frames on
+    both) or one worker has a gradient for, Adam with weight decay skipping them as torch does; and
+    with BatchNorm buffers broadcast before every forward."""
+    from ps_optimizer_script import build
+
+    (tmp_path / "end").mkdir()
+    ahead, _ = _launch(tmp_path, case, *PS, *AHEAD)
+    end, _ = _launch(tmp_path / "end", case, *PS, "--ps-pull", "end")
+    assert ahead.keys() == end.keys()
+    for key in end:
+        assert torch.equal(ahead[key], end[key]), key
+    if case == "bn":
+        return
+    _assert_same(ahead, single(case))
+    untouched = build("adam_unused").never.weight.detach()   # no gradient ever: not even weight decay
+    assert torch.equal(ahead["never.weight"], untouched)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("late_lr", "changed between backward and optimizer.step()"),
+    ("clip", "clip_grad_norm_ with --ps-pull ahead"),
+], ids=["settings-changed-after-backward", "clipping-by-global-norm"])
+def test_pull_ahead_refuses_what_it_cannot_do_exactly(tmp_path, case, message):
+    """Settings sent when backward begins must hold at step(); global-norm clipping needs every
+    gradient before any update: both stop the job with what to do instead."""
+    result = run_launcher(*PS, *AHEAD, SCRIPT, "--case", case, "--out", tmp_path / "x.pt", timeout=240)
+    assert result.returncode != 0
+    assert message in result.stderr and "--ps-pull end" in result.stderr
 
 
 def test_torch_clipping_with_servers_stepping_is_refused(tmp_path):

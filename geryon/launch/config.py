@@ -32,9 +32,10 @@ ENV_TWINS = {
     "priority": ev.PRIORITY, "classes": ev.CLASSES, "emulate": ev.EMULATE, "bw": ev.BW,
     "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
     "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
-    "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
+    "ps_pull": ev.PS_PULL, "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
 }
 PS_OPTIMIZER_MODES = ("auto", "server", "worker")
+PS_PULL_MODES = ("auto", "end", "ahead")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -61,6 +62,7 @@ class LaunchConfig:
     timeout: float | None = None                 # seconds; the job is stopped after it
     grace: float = DEFAULT_GRACE_S               # seconds between SIGTERM and SIGKILL when stopping ranks
     ps_optimizer: str = "auto"                   # ps mode: who runs the optimizer (auto | server | worker)
+    ps_pull: str = "auto"                        # ps mode: when workers ask for the next parameters
     job_id: str = field(default_factory=lambda: "j" + secrets.token_hex(3)[:5])  # also the cluster name
     secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     tls: bool = False                            # TLS on the data flows (geryon.transport.tls)
@@ -123,6 +125,11 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                         help="ps mode: the servers run the optimizer (elementwise torch.optim classes) or "
                              "average gradients for the workers to step (default auto: the servers when "
                              f"they can; {ev.PS_OPTIMIZER})")
+    parser.add_argument("--ps-pull", default=twin("ps_pull"), metavar="auto|end|ahead",
+                        help="ps mode: ask for the next parameters once step() runs (end) or with the "
+                             "iteration's first push, so each comes back as soon as its update is made "
+                             "(ahead); default auto: ahead when the workers step, end when the servers "
+                             f"do ({ev.PS_PULL}; docs/ps-optimizers.md)")
     parser.add_argument("--tls", action="store_true", default=None,
                         help="encrypt the data flows with TLS; the launcher makes a key and certificate "
                              f"for the job and every rank verifies its peers' against it ({ev.TLS})")
@@ -178,6 +185,10 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     if ps_optimizer and mode != "ps":
         raise ConfigError(f"--ps-optimizer {ps_optimizer} applies to --mode ps only")
     ps_optimizer = _choice(ps_optimizer or "auto", PS_OPTIMIZER_MODES, "--ps-optimizer")
+    ps_pull = getattr(args, "ps_pull", None)
+    if ps_pull and mode != "ps":
+        raise ConfigError(f"--ps-pull {ps_pull} applies to --mode ps only")
+    ps_pull = _choice(ps_pull or "auto", PS_PULL_MODES, "--ps-pull")
     workers = _count(args.workers, "--workers", minimum=1)
     if workers is None:
         workers = sum(h.slots for h in hosts) if hosts else DEFAULT_WORKERS
@@ -211,7 +222,7 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         servers=servers, policy=policy, priority=priority, classes=classes, max_classes=max_classes,
         backend=backend, bw=bw,
         topology=topology, hosts=hosts, known_hosts=known_hosts, timeline=timeline, timeout=timeout,
-        grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer,
+        grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer, ps_pull=ps_pull,
         tls=bool(getattr(args, "tls", False)))
 
 

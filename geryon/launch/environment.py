@@ -51,6 +51,7 @@ def job_environment(config: LaunchConfig, spec: RankSpec, master_addr: str, mast
         ev.TIMELINE: config.timeline or "",
         ev.STORE_PREFIX: ev.DEFAULT_STORE_PREFIX,
         ev.PS_OPTIMIZER: config.ps_optimizer,
+        ev.PS_PULL: config.ps_pull,
         "WORLD_SIZE": str(config.workers),
     }
     if config.max_classes:

@@ -16,6 +16,7 @@ from geryon.errors import ConfigError
 SLURM_DEFAULT_PORT_BASE = 20000
 MODES = ("allreduce", "ps")
 PS_OPTIMIZER_MODES = ("auto", "server", "worker")
+PS_PULL_MODES = ("auto", "end", "ahead")
 
 _current: "RankEnv | None" = None
 
@@ -50,6 +51,7 @@ class RankEnv:
     iface: str | None = None
     store_prefix: str = ev.DEFAULT_STORE_PREFIX
     ps_optimizer: str = "auto"              # ps mode: who runs the optimizer (auto | server | worker)
+    ps_pull: str = "auto"                   # ps mode: when the next parameters are asked for (auto | end | ahead)
     # inherited from the launcher's environment
     transport_timeout: float = ev.DEFAULT_TRANSPORT_TIMEOUT_S
     thread_rt_priority: int = 0             # TransportConfig.thread_rt_priority (0: normal scheduling)
@@ -99,6 +101,7 @@ class RankEnv:
             "iface": env.get(ev.IFACE) or None,
             "store_prefix": env.get(ev.STORE_PREFIX) or ev.DEFAULT_STORE_PREFIX,
             "ps_optimizer": env.get(ev.PS_OPTIMIZER) or "auto",
+            "ps_pull": env.get(ev.PS_PULL) or "auto",
             "transport_timeout": _transport_timeout(env.get(ev.TRANSPORT_TIMEOUT) or ""),
             "thread_rt_priority": _int(env, ev.THREAD_RT, 0),
             "search": tuple((name, env[name].strip()) for name in ev.SEARCH_VARIABLES
@@ -112,6 +115,8 @@ class RankEnv:
         if job["ps_optimizer"] not in PS_OPTIMIZER_MODES:
             raise ConfigError(f"{ev.PS_OPTIMIZER}={job['ps_optimizer']!r}: use "
                               f"{', '.join(PS_OPTIMIZER_MODES)}")
+        if job["ps_pull"] not in PS_PULL_MODES:
+            raise ConfigError(f"{ev.PS_PULL}={job['ps_pull']!r}: use {', '.join(PS_PULL_MODES)}")
         if "RANK" in env and "WORLD_SIZE" in env:
             world = _int(env, "WORLD_SIZE")
             return cls(rank=_int(env, "RANK"), world_size=world, local_rank=_int(env, "LOCAL_RANK", 0),

@@ -19,6 +19,15 @@ torch.nn.utils, a manual edit) cannot reach the servers: step() detects it and s
 instead of training differently. Buffers (BatchNorm statistics) are broadcast from worker 0 before
 every training forward, as DDP does (geryon.runtime.ps_buffers).
 
+With --ps-pull ahead the STEP frame and the pull of the next version leave with the first gradient
+of backward instead (`_pull_ahead`): the servers update each slice once every worker pushed it and
+send it back at once, so the dense layers whose gradients come first return while backward still
+runs. The settings must then stay as they were until step() (checked there), clipping by the
+global norm is refused, a tensor without a gradient is an ABSENT frame per slice (PSWorker.push_absent),
+and a forward pass, state_dict() or load between backward and step() is an error (they would see
+the parameters half replaced); a forward recomputed inside backward (activation checkpointing) does
+not wait. The results are bit-equal to pulling at step().
+
 The overlap that priority is for: every module gets a forward pre-hook that waits only for its own
 parameters (`PSWorker.wait_param`), so layer 1 computes while later layers' parameters still
 arrive; urgent (early) layers are in class 0 and jump the queue.
@@ -144,6 +153,9 @@ class ParameterServerSync(SetUpOnFirstForward):
         self.config = None
         self.store = None
         self.prefix = job.store_prefix
+        self.pull_ahead = job.ps_pull == "ahead"
+        self.sent_step = None      # --ps-pull ahead: the STEP vector sent when this backward began
+        self.backward_ended = False
 
     def attach(self):
         """Hook the model (setup on first forward, per-layer waits); return the optimizer stand-in."""
@@ -236,6 +248,13 @@ class ParameterServerSync(SetUpOnFirstForward):
         def wait(_module, _inputs):
             if self.worker is None or self._setting_up:
                 return None
+            if self.sent_step is not None:   # pulled ahead: between the first push and step()
+                if self.backward_ended:
+                    raise ConfigError(
+                        f"forward pass of {name} between backward and optimizer.step() with --ps-pull "
+                        "ahead: the next parameters are already replacing these, so it would mix two "
+                        "versions. Run it before backward or after step(), or use --ps-pull end")
+                return None   # recomputed inside backward (activation checkpointing): this version
             started = time.time()
             for tensor in tensors:
                 self.worker.wait_param(tensor)
@@ -255,6 +274,8 @@ class ParameterServerSync(SetUpOnFirstForward):
                                   "gradient accumulation over several backward passes is not supported")
             if not self.pushed:
                 self.worker.wait_all()  # the previous pull must be complete before pushing again
+                if self.pull_ahead:
+                    self._pull_ahead()
             buffer = self._buffer(tensor)
             buffer.copy_(param.grad)  # a copy: the push is asynchronous, .grad may change
             self.worker.push_tensor(tensor, buffer)
@@ -270,45 +291,96 @@ class ParameterServerSync(SetUpOnFirstForward):
             self.grad_buffers = [torch.zeros_like(p) for p in self.params]
         return self.grad_buffers[tensor]
 
+    def _step_vector(self, present):
+        """The STEP frame: clip request, the groups' numeric settings now, presence per tensor."""
+        import torch
+
+        from geryon.transport.ps_optim import check_groups, hyper_vector
+
+        groups = check_groups(self.optimizer.param_groups, self.spec)
+        clip = (1.0, *self.clip) if self.clip is not None else (0.0, 0.0, 0.0)
+        return torch.tensor([*clip, *hyper_vector(groups, self.spec), *(1.0 if p else 0.0 for p in present)],
+                            dtype=torch.float64)
+
+    def _pull_ahead(self, in_backward: bool = True) -> None:
+        """--ps-pull ahead, as backward starts: send this iteration's settings, ask for the next version.
+
+        Every tensor is marked present; one without a gradient is told per shard at step()
+        (PSWorker.push_absent). Each server then updates a shard once its last push is in and sends
+        it back at once, while this backward still runs: the big late layers pushed first return
+        first. Safe for backward itself: a tensor's new value needs this worker's own push of its
+        gradient, which autograd makes after the last use of that tensor.
+        """
+        import torch
+
+        self.sent_step = self._step_vector([True] * len(self.params))
+        self.backward_ended = not in_backward
+        if in_backward:
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_end)
+        self.worker.send_step(self.sent_step)
+        self.worker.pull(self.worker.iteration + 1)
+
+    def _backward_end(self) -> None:
+        self.backward_ended = True
+
+    def _check_settings_kept(self) -> None:
+        """--ps-pull ahead: the settings sent as backward began must still hold at step()."""
+        import torch
+
+        now = self._step_vector([True] * len(self.params))
+        if not torch.equal(now, self.sent_step):
+            raise ConfigError(
+                "the optimizer's settings (lr, momentum, ...) changed between backward and "
+                "optimizer.step(): with --ps-pull ahead they travel to the servers when backward "
+                "starts. Change them before backward (a scheduler's step() after optimizer.step() does) "
+                "or use --ps-pull end")
+
     def request_clip(self, max_norm: float, norm_type: float) -> None:
         import math
 
         if not (max_norm >= 0 and (norm_type > 0 or math.isinf(norm_type))):
             raise ConfigError(f"clip_grad_norm_({max_norm}, norm_type={norm_type}): max_norm must be "
                               ">= 0 and norm_type positive or inf")
+        if self.pull_ahead:
+            raise ConfigError("clip_grad_norm_ with --ps-pull ahead: clipping by the global norm needs "
+                              "every gradient before any update, so the servers cannot update the first "
+                              "layers early; use --ps-pull end (the default when the servers step)")
         self.clip = (max_norm, norm_type)
 
     def push_pull(self) -> None:
         """Push what backward did not (unused parameters: zeros), send the step's settings, pull."""
-        import torch
-
-        from geryon.transport.ps_optim import check_groups, hyper_vector
-
         if self.worker is None:
             raise ConfigError("optimizer.step() before the model's first forward pass")
         if not self.pushed:
             self.worker.wait_all()
         self._check_unchanged()
+        if self.pull_ahead:
+            if self.sent_step is None:   # backward produced no gradient: begin the iteration here
+                self._pull_ahead(in_backward=False)
+            self._check_settings_kept()
         for tensor, param in enumerate(self.params):
             if tensor in self.pushed:
                 continue
             buffer = self._buffer(tensor)
-            if param.grad is None:
-                buffer.zero_()
-            else:
+            if param.grad is not None:
                 buffer.copy_(param.grad)
                 self.present[tensor] = True
+            elif self.pull_ahead:
+                self.worker.push_absent(tensor)
+                continue
+            else:
+                buffer.zero_()
             self.worker.push_tensor(tensor, buffer)
-        groups = check_groups(self.optimizer.param_groups, self.spec)
-        clip = (1.0, *self.clip) if self.clip is not None else (0.0, 0.0, 0.0)
-        vector = torch.tensor([*clip, *hyper_vector(groups, self.spec),
-                               *(1.0 if p else 0.0 for p in self.present)], dtype=torch.float64)
-        self.worker.send_step(vector)
+        if not self.pull_ahead:
+            self.worker.send_step(self._step_vector(self.present))
         self.pushed.clear()
         self.clip = None
         self.present = [False] * len(self.params)
         self.worker.iteration += 1
-        self.worker.pull(self.worker.iteration)
+        if self.pull_ahead:
+            self.sent_step = None
+        else:
+            self.worker.pull(self.worker.iteration)
         if self.search is not None:
             switched = self.search.iteration_done()
             if switched is not None:
@@ -347,6 +419,10 @@ class ParameterServerSync(SetUpOnFirstForward):
             self.checkpoints.load(self.worker, state=True)
 
     def wait_all(self) -> None:
+        if self.sent_step is not None:
+            raise ConfigError("the model's or optimizer's state between backward and optimizer.step() "
+                              "with --ps-pull ahead: its parameters are being replaced by the next "
+                              "version. Save or load after step(), or use --ps-pull end")
         if self.worker is not None:
             self.worker.wait_all()
 
@@ -354,6 +430,11 @@ class ParameterServerSync(SetUpOnFirstForward):
         """Wait for the last pull (so the model holds the final values), then leave the servers."""
         worker, self.worker = self.worker, None
         if worker is None:
+            return
+        if self.sent_step is not None:
+            log.warning("geryon: stopped between backward and optimizer.step(); with --ps-pull ahead "
+                        "the parameters may mix two versions")
+            worker.close()
             return
         try:
             worker.wait_all()

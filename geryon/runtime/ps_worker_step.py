@@ -4,6 +4,9 @@ For optimizers the servers cannot run exactly on slices (LAMB, LARS, Adafactor, 
 chosen by geryon.runtime.ps_optimizer.choose_update, or `--ps-optimizer worker`), as BytePS does:
 the servers run `OptimizerSpec(MEAN)` -- a shard's value is the mean of the workers' gradients --
 and the user's optimizer itself is returned unchanged.
+The averages are asked for with the first push of backward (--ps-pull auto or ahead; `end`: once
+backward ends), so each server sends every averaged shard as soon as its last push is in, while
+backward still runs; they land in separate buffers, so the parameters are never touched early.
 
 Each gradient is pushed as backward produces it (a post-accumulate-grad hook, like DDP); the first
 one of a backward pass queues a callback that runs when backward ends: it pushes what backward did
@@ -47,6 +50,9 @@ class WorkerStepSync(SetUpOnFirstForward):
         self.present = None
         self._queued = False
         self._setting_up = False
+        # --ps-pull auto|ahead: the averages are asked for with the first push, so each comes back
+        # while backward runs; they land in self.averages, never in the parameters, so this is safe
+        self.pull_ahead = job.ps_pull != "end"
 
     def attach(self):
         """Hook the model and its gradients; return the user's optimizer (it runs here)."""
@@ -99,6 +105,8 @@ class WorkerStepSync(SetUpOnFirstForward):
 
                 self._queued = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+                if self.pull_ahead:
+                    self.worker.pull(self.worker.iteration + 1)
             self.pushes[tensor].copy_(param.grad)
             self.present[tensor] = 1.0
             self.worker.push_tensor(tensor, self.pushes[tensor])
@@ -116,7 +124,8 @@ class WorkerStepSync(SetUpOnFirstForward):
                 worker.push_tensor(tensor, self.pushes[tensor])
         worker.push_tensor(len(self.params), self.present)
         worker.iteration += 1
-        worker.pull(worker.iteration)
+        if worker.pull_iteration < worker.iteration:   # --ps-pull end
+            worker.pull(worker.iteration)
         worker.wait_all()
         presence = self.averages[-1]
         for tensor, param in enumerate(self.params):

@@ -20,6 +20,12 @@ skipped as torch.optim skips it, and clipping by the global norm scales the aver
 the norm of the whole averaged gradient (partial sums of every server, `norm_exchange`).
 Without STEP frames the settings stay those of the spec and every tensor is updated.
 
+A worker may send its STEP frame and its pull of i + 1 before it pushes anything of iteration i
+(--ps-pull ahead, geryon.runtime.ps_sync): the server then updates each shard as soon as its last push
+arrives and answers the pull at once, so parameters come back while the workers' backward pass still
+runs. Presence is then told per shard: an ABSENT control frame (payload: the shard's offset) stands
+for a zero push, and a shard every worker marked ABSENT is left as it is.
+
 Workers must not start pushing iteration i + 1 before their pull of i + 1 completed (the server
 sends parameter slices from its live tensors without copying).
 """
@@ -71,6 +77,7 @@ class _ServerShard:
         self._step = getattr(step, "__wrapped__", None) if getattr(step, "hooked", False) else None
         self.version = 0
         self.arrived: set[int] = set()
+        self.absent: set[int] = set()     # workers that said ABSENT for `version` (no gradient)
         self.taken = False            # an update of `version` is under way
         self.waiting_pulls: dict[int, int] = {}   # worker -> the version it asked for (not yet made)
         self.lock = threading.Lock()
@@ -78,6 +85,10 @@ class _ServerShard:
     @property
     def complete(self) -> bool:
         return len(self.arrived) == len(self.grads)
+
+    def present(self, plan: "_StepPlan") -> bool:
+        """Some worker had a gradient for this shard's tensor (STEP presence and ABSENT frames)."""
+        return plan.present(self.shard.tensor_id) and len(self.absent) < len(self.grads)
 
     def mean_gradient(self) -> torch.Tensor:
         """((g_0 + g_1) + ...) / workers, on this thread (geryon.transport.elementwise)."""
@@ -88,7 +99,7 @@ class _ServerShard:
         if spec.mean_only:
             elementwise.copy_(self.param, grad)
             return
-        if self.optimizer is None or not plan.present(self.shard.tensor_id):
+        if self.optimizer is None or not self.present(plan):
             return   # in no group, or no worker had a gradient: torch.optim leaves it as it is
         if plan.scale is not None:
             grad.mul_(plan.scale)
@@ -338,6 +349,31 @@ class ParameterServer(PoolOwner):
             if not state.complete:
                 return
             iteration = state.version
+        self._shard_complete(state, iteration)
+
+    def _absent(self, flow, header, payload: bytes) -> None:
+        """ABSENT: the worker had no gradient for this shard (--ps-pull ahead): a zero push, marked."""
+        if flow.peer_id not in self.joined or len(payload) != 8:
+            raise ProtocolError(f"malformed ABSENT frame from {flow.name}")
+        state = self.shards.get((header.tensor_id, int.from_bytes(payload, "big")))
+        if state is None:
+            raise ProtocolError(f"ABSENT for tensor {header.tensor_id} from {flow.name} names no shard of "
+                                f"server {self.index}")
+        worker = flow.peer_id
+        with state.lock:
+            if header.iteration != state.version or worker in state.arrived:
+                raise ProtocolError(f"{flow.name} sent ABSENT for iteration {header.iteration} of tensor "
+                                    f"{header.tensor_id}, the shard is at {state.version} "
+                                    f"({'already pushed' if worker in state.arrived else 'out of step'})")
+            state.grads[worker].zero_()   # the mean is that of DDP's zeros for unused parameters
+            state.absent.add(worker)
+            state.arrived.add(worker)
+            if not state.complete:
+                return
+            iteration = state.version
+        self._shard_complete(state, iteration)
+
+    def _shard_complete(self, state: _ServerShard, iteration: int) -> None:
         if self.step_frames:
             self._advance(iteration)
         else:
@@ -388,6 +424,7 @@ class ParameterServer(PoolOwner):
                 state.update(grad, plan, self.optimizer, self.offsets)
                 state.version += 1
                 state.arrived.clear()
+                state.absent.clear()
                 ready = sorted(w for w, v in state.waiting_pulls.items() if v == state.version)
                 for worker in ready:
                     del state.waiting_pulls[worker]
@@ -408,7 +445,7 @@ class ParameterServer(PoolOwner):
         max_norm, norm_type = plan.clip
         partial = 0.0
         for state, grad in zip(shards, grads):
-            if not plan.present(state.shard.tensor_id):
+            if not state.present(plan):
                 continue
             values = grad.double().abs()
             if math.isinf(norm_type):
@@ -445,6 +482,9 @@ class ParameterServer(PoolOwner):
             return
         if header.kind == Kind.STATE:
             self._state_request(flow, payload)
+            return
+        if header.kind == Kind.ABSENT:
+            self._absent(flow, header, payload)
             return
         if header.kind != Kind.PULL:
             raise ProtocolError(f"unexpected {header.kind.name} control frame from {flow.name}")
@@ -590,6 +630,18 @@ class PSWorker(PoolOwner):
             key = self.policy.send_key(self.iteration, shard.priority, shard.urgency, next_sequence())
             flow = self.pool.flow(shard.server, self.policy.flow_of(shard.priority))
             flow.send(key, header, data[shard.offset * size:(shard.offset + shard.length) * size])
+
+    def push_absent(self, tensor: int) -> None:
+        """Tell the servers this worker has no gradient for `tensor` in iteration `self.iteration`.
+
+        An ABSENT frame per shard instead of a zero push: the server counts it as a zero gradient
+        and, when every worker said so, leaves the tensor as torch.optim leaves a parameter without
+        .grad. Used with --ps-pull ahead, where the STEP frame leaves before presence is known.
+        """
+        for shard in self.shards_of[tensor]:
+            frame = encode_control(Kind.ABSENT, shard.offset.to_bytes(8, "big"), job_id=self.config.job_id,
+                                   iteration=self.iteration, tensor_id=shard.tensor_id)
+            self.pool.flow(shard.server, 0).send((-1, next_sequence()), frame)
 
     def pull(self, iteration: int | None = None) -> None:
         """Ask every server for version `iteration` (default: the current one) of its shards."""

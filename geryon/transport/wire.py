@@ -51,6 +51,7 @@ class Kind(enum.IntEnum):
     BYE = 8
     ABORT = 9     # the job is failing: payload is a UTF-8 reason naming the failed rank
     STATE = 10    # PS: save/load optimizer state (worker -> server: JSON request; reply: b"ok" or error)
+    ABSENT = 11   # PS: this worker has no gradient for a shard this iteration (payload: its offset, !Q)
     REDUCE = 20   # allreduce, reduce-scatter piece
     GATHER = 21   # allreduce, all-gather piece
     PUSH = 30     # PS: gradient slice, worker -> server
@@ -59,7 +60,8 @@ class Kind(enum.IntEnum):
 
 
 CONTROL_KINDS = frozenset({Kind.HELLO, Kind.CHALLENGE, Kind.PROOF, Kind.ACCEPT, Kind.REJECT,
-                           Kind.PLAN, Kind.PULL, Kind.BYE, Kind.ABORT, Kind.STATE})
+                           Kind.PLAN, Kind.PULL, Kind.BYE, Kind.ABORT, Kind.STATE,
+                           Kind.ABSENT})
 _KINDS = frozenset(int(k) for k in Kind)
 
 DTYPES: dict[int, torch.dtype] = {
