@@ -113,7 +113,7 @@ def optimizer_for(case: str, model, steps: int):
         return torch.optim.RMSprop(params, lr=0.01, momentum=0.5, centered=True), None, None
     if case == "lamb":
         return Lamb(params, lr=0.02), None, None
-    if case in ("clip", "torch_clip", "bn", "checkpointed"):
+    if case in ("clip", "torch_clip", "bn", "checkpointed", "peek"):
         return torch.optim.SGD(params, lr=0.5, momentum=0.9), None, None
     raise SystemExit(f"unknown case {case}")
 
@@ -154,6 +154,9 @@ def main() -> None:
         if args.case == "late_lr":   # a warm-up written between backward and step()
             for group in optimizer.param_groups:
                 group["lr"] = 0.05 * (step + 1)
+        if args.case == "peek":      # a look at the model between backward and step()
+            with torch.no_grad():
+                model(inputs[step][mine])
         if args.case == "clip":
             geryon.clip_grad_norm_(optimizer, 0.05)
         if args.case == "torch_clip":   # .grad must hold the averaged gradient (workers step)

@@ -114,10 +114,12 @@ def test_pull_ahead_is_bit_equal_to_pull_end(tmp_path, single, case):
 @pytest.mark.parametrize("case, message", [
     ("late_lr", "changed between backward and optimizer.step()"),
     ("clip", "clip_grad_norm_ with --ps-pull ahead"),
-], ids=["settings-changed-after-backward", "clipping-by-global-norm"])
+    ("peek", "between backward and optimizer.step() with --ps-pull ahead"),
+], ids=["settings-changed-after-backward", "clipping-by-global-norm", "forward-after-backward"])
 def test_pull_ahead_refuses_what_it_cannot_do_exactly(tmp_path, case, message):
     """Settings sent when backward begins must hold at step(); global-norm clipping needs every
-    gradient before any update: both stop the job with what to do instead."""
+    gradient before any update; a forward pass after backward would see half-replaced parameters:
+    each stops the job with what to do instead."""
     result = run_launcher(*PS, *AHEAD, SCRIPT, "--case", case, "--out", tmp_path / "x.pt", timeout=240)
     assert result.returncode != 0
     assert message in result.stderr and "--ps-pull end" in result.stderr
