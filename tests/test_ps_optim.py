@@ -20,6 +20,14 @@ def _model():
     return torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
 
 
+def _bound_model(local):
+    """The test model whose parameters are a worker's tensors (the pulls land in them)."""
+    model = _model()
+    for param, tensor in zip(model.parameters(), local):
+        param.data = tensor
+    return model
+
+
 class Scaled(torch.optim.SGD):
     """A subclass may change step(): not on the allow-list."""
 
@@ -149,9 +157,7 @@ def test_step_and_pull_sent_ahead_with_absent_tensors_follow_one_process():
     config = TransportConfig(secret="t", policy="geryon", slice_bytes=1024, timeout=20)
 
     def work(rank, worker, local):
-        model = _model()
-        for p, t in zip(model.parameters(), local):
-            p.data = t
+        model = _bound_model(local)
         part = slice(rank * batch, (rank + 1) * batch)
         for i in range(iterations):
             worker.wait_all()
@@ -239,9 +245,7 @@ def test_schedule_clipping_and_unused_tensors_follow_one_process(name):
     config = TransportConfig(secret="t", policy="geryon", slice_bytes=1024, timeout=20)
 
     def work(rank, worker, local):
-        model = _model()
-        for p, t in zip(model.parameters(), local):
-            p.data = t
+        model = _bound_model(local)
         part = slice(rank * batch, (rank + 1) * batch)
         for i in range(iterations):
             worker.wait_all()
