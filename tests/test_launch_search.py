@@ -22,8 +22,9 @@ def switches_of(output: str, rank: str) -> list[tuple]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode_args", [["--mode", "allreduce"], ["--mode", "ps", "--servers", "1"],
-                                       ["--mode", "ps", "--servers", "2"]],
-                         ids=["allreduce", "ps", "ps-2-servers"])
+                                       ["--mode", "ps", "--servers", "2"],
+                                       ["--mode", "ps", "--servers", "2", "--ps-pull", "ahead"]],
+                         ids=["allreduce", "ps", "ps-2-servers", "ps-2-servers-pull-ahead"])
 def test_search_switches_everywhere_and_keeps_the_curve(single_curve, mode_args, tmp_path):
     run = tmp_path / "RUN.json"
     env = clean_env(GERYON_SEARCH_CANDIDATES=",".join(map(str, CANDIDATES)), GERYON_SEARCH_ITERS="2",
