@@ -58,3 +58,12 @@ def test_bench_transport_ps_grid_times_only_the_iterations_after_its_warmup():
     assert all(counters["out_segs"] > 0 for counters in grid[0]["tcp_counters"].values())
     assert grid[0]["seconds"] <= grid[0]["per_worker_max_seconds"][0] + 1e-3   # the period never counts the skew
     assert grid[0]["ratio_vs_iperf3_bidir_sum"] > 0 and grid[0]["server_cpu_s_per_gb"] > 0
+
+
+def test_bench_pull_runs_both_modes_on_a_real_script_with_the_same_loss():
+    """`geryon bench pull`, small: the demo's CNN trains under --ps-pull end and ahead on the emulated
+    cluster; every run ends with the same loss (the updates are the same, only earlier)."""
+    [record] = _bench("pull", "--repeat", "1", "--iterations", "3", "--width", "8", "--hidden", "256",
+                      "--bw", "1gbit")
+    assert record["same_loss"] and set(record["median_s"]) == {"end", "ahead"}
+    assert record["speedup_ahead"] > 0 and all(len(times) == 1 for times in record["iteration_s"].values())

@@ -14,9 +14,12 @@ Results: docs/ps-optimizers.md ("Pulling ahead").
 """
 
 import json
+import os
 import statistics
 import sys
 from argparse import Namespace
+
+from geryon.errors import ConfigError, PermissionNeeded
 
 MODES = ("end", "ahead")
 
@@ -39,6 +42,11 @@ def add_command(bench) -> None:
 def run_from_args(args) -> int:
     from geryon.demo import run_policy
 
+    if os.geteuid() != 0:
+        raise PermissionNeeded("geryon bench pull runs the job on an emulated cluster in network namespaces "
+                               "and needs root; run it with sudo")
+    if args.repeat < 1 or args.iterations < 3:
+        raise ConfigError("--repeat must be at least 1 and --iterations at least 3 (the first two are warm-up)")
     runs = {mode: [] for mode in MODES}
     for repetition in range(args.repeat):
         order = MODES if repetition % 2 == 0 else tuple(reversed(MODES))
