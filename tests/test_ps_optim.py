@@ -28,6 +28,14 @@ def _bound_model(local):
     return model
 
 
+def _servers_start(optimizer_class, settings):
+    """The servers' optimizer spec and starting values (the test model's) and the transport config."""
+    model0 = _model()
+    spec = describe_optimizer(optimizer_class(model0.parameters(), **settings), list(model0.parameters()))
+    initial = [p.detach().clone() for p in model0.parameters()]
+    return spec, initial, TransportConfig(secret="t", policy="geryon", slice_bytes=1024, timeout=20)
+
+
 class Scaled(torch.optim.SGD):
     """A subclass may change step(): not on the allow-list."""
 
@@ -151,10 +159,7 @@ def test_step_and_pull_sent_ahead_with_absent_tensors_follow_one_process():
         optimizer.zero_grad(set_to_none=True)
         loss_of(reference, inputs[i], i).backward()
         optimizer.step()
-    model0 = _model()
-    spec = describe_optimizer(torch.optim.Adam(model0.parameters(), **settings), list(model0.parameters()))
-    initial = [p.detach().clone() for p in model0.parameters()]
-    config = TransportConfig(secret="t", policy="geryon", slice_bytes=1024, timeout=20)
+    spec, initial, config = _servers_start(torch.optim.Adam, settings)
 
     def work(rank, worker, local):
         model = _bound_model(local)
@@ -238,11 +243,7 @@ def test_schedule_clipping_and_unused_tensors_follow_one_process(name):
         loss_of(reference, inputs[i], labels[i], i).backward()
         torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.1)
         optimizer.step()
-    model0 = _model()
-    spec = describe_optimizer(getattr(torch.optim, name)(model0.parameters(), **settings),
-                              list(model0.parameters()))
-    initial = [p.detach().clone() for p in model0.parameters()]
-    config = TransportConfig(secret="t", policy="geryon", slice_bytes=1024, timeout=20)
+    spec, initial, config = _servers_start(getattr(torch.optim, name), settings)
 
     def work(rank, worker, local):
         model = _bound_model(local)
