@@ -38,6 +38,7 @@ from datetime import timedelta
 
 from geryon.errors import ConfigError
 from geryon.runtime import env as rank_env
+from geryon.runtime.gloo_buffers import KeptBuffers
 from geryon.runtime.env import RankEnv
 
 DEFAULT_BACKEND = "gloo"
@@ -160,6 +161,7 @@ class GradientAverageSync:
     def __init__(self, model, optimizer, job: RankEnv):
         self.model, self.optimizer, self.job = model, optimizer, job
         self._queued = False
+        self._kept = KeptBuffers()
 
     def attach(self) -> None:
         """Start every worker from rank 0's parameters and hook the end of every backward pass."""
@@ -183,20 +185,22 @@ class GradientAverageSync:
 
     def average_gradients(self) -> None:
         """Average the gradients of all workers in place (one flat all_reduce)."""
-        import torch
         import torch.distributed as dist
 
         grads = [p.grad for group in self.optimizer.param_groups for p in group["params"]
                  if p.grad is not None]
         if not grads:
             return
-        flat = torch.cat([g.reshape(-1) for g in grads])
+        flat = self._kept.flat("gradients", grads)
         dist.all_reduce(flat)
         flat /= self.job.world_size
         offset = 0
         for grad in grads:
             grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
             offset += grad.numel()
+
+
+_AVERAGE_BUFFERS = KeptBuffers()   # never a temporary for gloo (geryon.runtime.gloo_buffers)
 
 
 def average(value: float) -> float:
@@ -207,7 +211,8 @@ def average(value: float) -> float:
     import torch
     import torch.distributed as dist
 
-    tensor = torch.tensor([float(value)], dtype=torch.float64)
+    tensor = _AVERAGE_BUFFERS.get("average", 1, torch.float64)
+    tensor.fill_(float(value))
     dist.all_reduce(tensor)
     return float(tensor.item()) / job.world_size
 

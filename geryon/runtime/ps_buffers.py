@@ -8,6 +8,8 @@ torch.nn.SyncBatchNorm (statistics over the global batch) only runs on GPU/XPU t
 so distribute() refuses it on CPU modules (geryon.runtime.ddp_options).
 """
 
+from geryon.runtime.gloo_buffers import KeptBuffers
+
 
 class BufferBroadcast:
     """Broadcast `model`'s floating and integer buffers from worker 0 before training forwards."""
@@ -15,6 +17,7 @@ class BufferBroadcast:
     def __init__(self, model):
         self.model = model
         self.buffers = [b for b in model.buffers() if b.numel() > 0]
+        self._kept = KeptBuffers()
 
     def before_forward(self) -> None:
         import torch
@@ -27,7 +30,7 @@ class BufferBroadcast:
         for buffer in self.buffers:
             by_dtype.setdefault(buffer.dtype, []).append(buffer)
         for dtype, buffers in by_dtype.items():
-            flat = torch.cat([b.detach().reshape(-1) for b in buffers])
+            flat = self._kept.flat(dtype, buffers)
             dist.broadcast(flat, src=0)
             offset = 0
             for buffer in buffers:
