@@ -169,15 +169,43 @@ class ChildProcess:
         self._stderr.close()
 
 
-def finish_all(children: list[ChildProcess], timeout: float) -> list[list[dict]]:
-    """Every child's JSON records, waiting for all of them within one deadline; on any failure every
-    child still running is killed and the first failure raised."""
+def finish_all(children: list[ChildProcess], timeout: float, grace: float = 3.0) -> list[list[dict]]:
+    """Every child's JSON records, waiting for all of them within one deadline.
+
+    When a child fails, the others get `grace` s to end on their own (a peer's failure usually ends
+    them too), then every child still running is killed. The error raised is the failure seen first
+    in time (the root cause, not the first child in the list), and it names the others that failed.
+    """
     deadline = time.monotonic() + timeout
     try:
+        failed = _failures_in_order(children, deadline, grace)
+        if failed:
+            first, others = failed[0], failed[1:]
+            also = f" (then {'; '.join(f'{c.name} exited {c.process.returncode}' for c in others)})" if others else ""
+            raise first.error(f"{first.name} exited {first.process.returncode} first: {first.stderr_tail()}{also}")
         return [child.finish(max(1.0, deadline - time.monotonic())) for child in children]
     finally:
         for child in children:
             child.close()
+
+
+def _failures_in_order(children: list[ChildProcess], deadline: float, grace: float,
+                       poll: float = 0.05) -> list[ChildProcess]:
+    """The children that exited non-zero, in the order their exits were seen (polled every `poll` s)
+    until all exited, the deadline passed, or `grace` s after the first failure."""
+    pending, failed = list(children), []
+    stop = deadline
+    while pending and time.monotonic() < stop:
+        for child in list(pending):
+            if child.process.poll() is not None:
+                pending.remove(child)
+                if child.process.returncode != 0:
+                    if not failed:
+                        stop = min(deadline, time.monotonic() + grace)
+                    failed.append(child)
+        if pending:
+            time.sleep(poll)
+    return failed
 
 
 def _describe(argv: list[str]) -> str:
