@@ -4,7 +4,7 @@ import sys
 
 import torch
 
-from geryon.runtime.gloo_buffers import KeptBuffers
+from geryon.gloo_buffers import KeptBuffers
 
 
 def test_a_plain_tensor_lets_go_of_its_python_object_at_use_count_one():

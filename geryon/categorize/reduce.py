@@ -40,7 +40,7 @@ class TorchDistributedReducer:
     def __init__(self, group=None):
         import torch.distributed as dist
 
-        from geryon.runtime.gloo_buffers import KeptBuffers
+        from geryon.gloo_buffers import KeptBuffers
 
         if not dist.is_initialized():
             raise ConfigError("torch.distributed is not initialised; call init_process_group first "

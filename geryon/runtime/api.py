@@ -38,7 +38,7 @@ from datetime import timedelta
 
 from geryon.errors import ConfigError
 from geryon.runtime import env as rank_env
-from geryon.runtime.gloo_buffers import KeptBuffers
+from geryon.gloo_buffers import KeptBuffers
 from geryon.runtime.env import RankEnv
 
 DEFAULT_BACKEND = "gloo"
@@ -200,7 +200,7 @@ class GradientAverageSync:
             offset += grad.numel()
 
 
-_AVERAGE_BUFFERS = KeptBuffers()   # never a temporary for gloo (geryon.runtime.gloo_buffers)
+_AVERAGE_BUFFERS = KeptBuffers()   # never a temporary for gloo (geryon.gloo_buffers)
 
 
 def average(value: float) -> float:

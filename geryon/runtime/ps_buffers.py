@@ -8,7 +8,7 @@ torch.nn.SyncBatchNorm (statistics over the global batch) only runs on GPU/XPU t
 so distribute() refuses it on CPU modules (geryon.runtime.ddp_options).
 """
 
-from geryon.runtime.gloo_buffers import KeptBuffers
+from geryon.gloo_buffers import KeptBuffers
 
 
 class BufferBroadcast:
