@@ -46,3 +46,23 @@ class KeptBuffers:
         buffer = self.get(name, sum(t.numel() for t in tensors), dtype)
         torch.cat([t.detach().reshape(-1) for t in tensors], out=buffer)
         return buffer
+
+
+def broadcast_in_place(tensors, kept: KeptBuffers, src: int = 0) -> None:
+    """Give every rank `src`'s values of `tensors`: one broadcast per dtype through a kept buffer,
+    copied back in place (no autograd record)."""
+    import torch
+    import torch.distributed as dist
+
+    by_dtype: dict = {}
+    for tensor in tensors:
+        if tensor.numel():
+            by_dtype.setdefault(tensor.dtype, []).append(tensor)
+    with torch.no_grad():
+        for dtype, group in by_dtype.items():
+            flat = kept.flat(("broadcast", dtype), group)
+            dist.broadcast(flat, src=src)
+            offset = 0
+            for tensor in group:
+                tensor.copy_(flat[offset:offset + tensor.numel()].view_as(tensor))
+                offset += tensor.numel()

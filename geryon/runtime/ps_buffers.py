@@ -8,7 +8,7 @@ torch.nn.SyncBatchNorm (statistics over the global batch) only runs on GPU/XPU t
 so distribute() refuses it on CPU modules (geryon.runtime.ddp_options).
 """
 
-from geryon.gloo_buffers import KeptBuffers
+from geryon.gloo_buffers import KeptBuffers, broadcast_in_place
 
 
 class BufferBroadcast:
@@ -26,13 +26,4 @@ class BufferBroadcast:
         if not self.buffers or not self.model.training or not torch.is_grad_enabled() \
                 or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
             return
-        by_dtype: dict = {}
-        for buffer in self.buffers:
-            by_dtype.setdefault(buffer.dtype, []).append(buffer)
-        for dtype, buffers in by_dtype.items():
-            flat = self._kept.flat(dtype, buffers)
-            dist.broadcast(flat, src=0)
-            offset = 0
-            for buffer in buffers:
-                buffer.data.copy_(flat[offset:offset + buffer.numel()].view_as(buffer))
-                offset += buffer.numel()
+        broadcast_in_place(self.buffers, self._kept)
