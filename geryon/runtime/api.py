@@ -37,8 +37,8 @@ import atexit
 from datetime import timedelta
 
 from geryon.errors import ConfigError
-from geryon.runtime import env as rank_env
 from geryon.gloo_buffers import KeptBuffers, broadcast_in_place
+from geryon.runtime import env as rank_env
 from geryon.runtime.env import RankEnv
 
 DEFAULT_BACKEND = "gloo"
@@ -165,7 +165,6 @@ class GradientAverageSync:
 
     def attach(self) -> None:
         """Start every worker from rank 0's parameters and hook the end of every backward pass."""
-
         # once, at the start: buffers dropped on return (only a rank's last collectives need keeping)
         broadcast_in_place(list(self.model.parameters()) + list(self.model.buffers()), KeptBuffers())
         for param in self.model.parameters():
