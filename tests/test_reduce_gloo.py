@@ -11,6 +11,7 @@ def _rank(rank: int, port: int, queue) -> None:
     import pickle
 
     import torch.distributed as dist
+    from torch.distributed import distributed_c10d
 
     from geryon.categorize.reduce import TorchDistributedReducer
     from geryon.errors import ConfigError
@@ -20,9 +21,11 @@ def _rank(rank: int, port: int, queue) -> None:
     seen = []
 
     def refuse_pickle(*args, **kwargs):
-        raise AssertionError("pickle.loads was called")
+        raise AssertionError("something was unpickled")
 
-    pickle.loads = refuse_pickle   # the reducer must not unpickle anything it received
+    # the reducer must not unpickle anything it received: not with pickle, not through the unpickler
+    # torch.distributed's object collectives bound at import
+    pickle.loads = pickle.Unpickler = distributed_c10d._unpickler = refuse_pickle
     try:
         reducer = TorchDistributedReducer()
         times = [[0.5, 0.25, 1.0], [0.125]][rank]
