@@ -62,7 +62,12 @@ def broadcast_in_place(tensors, kept: KeptBuffers, src: int = 0) -> None:
         for dtype, group in by_dtype.items():
             flat = kept.flat(("broadcast", dtype), group)
             dist.broadcast(flat, src=src)
-            offset = 0
-            for tensor in group:
-                tensor.copy_(flat[offset:offset + tensor.numel()].view_as(tensor))
-                offset += tensor.numel()
+            copy_back(flat, group)
+
+
+def copy_back(flat, tensors) -> None:
+    """Copy consecutive pieces of `flat` into `tensors`, in order (the inverse of `KeptBuffers.flat`)."""
+    offset = 0
+    for tensor in tensors:
+        tensor.copy_(flat[offset:offset + tensor.numel()].view_as(tensor))
+        offset += tensor.numel()

@@ -37,7 +37,7 @@ import atexit
 from datetime import timedelta
 
 from geryon.errors import ConfigError
-from geryon.gloo_buffers import KeptBuffers, broadcast_in_place
+from geryon.gloo_buffers import KeptBuffers, broadcast_in_place, copy_back
 from geryon.runtime import env as rank_env
 from geryon.runtime.env import RankEnv
 
@@ -192,10 +192,7 @@ class GradientAverageSync:
         flat = self._kept.flat("gradients", grads)
         dist.all_reduce(flat)
         flat /= self.job.world_size
-        offset = 0
-        for grad in grads:
-            grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
-            offset += grad.numel()
+        copy_back(flat, grads)
 
 
 _AVERAGE_BUFFERS = KeptBuffers()   # never a temporary for gloo (geryon.gloo_buffers)
