@@ -12,12 +12,15 @@ layer's type; every message names the child, its exit status and the tail of its
     records = child.finish(timeout=600)          # every JSON line, once it exited 0
 
 `child_env()` puts the directory that holds the `geryon` package on PYTHONPATH, so a child started
-with `ip netns exec` or `nsenter` imports the same geryon as its parent, installed or not.
+with `ip netns exec` or `nsenter` imports the same geryon as its parent, installed or not, and turns on
+Python's faulthandler there: a child that runs past its timeout is sent SIGABRT first, so the error
+shows where each of its threads was stuck (then it is killed).
 """
 
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +33,7 @@ from geryon.errors import GeryonError
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 NETNS_DIR = "/run/netns"
 _EOF = object()
+STACKS_CHARS = 4000  # stderr shown when a hung child was aborted: its threads' stacks
 
 
 def module_argv(module: str, *args) -> list[str]:
@@ -47,6 +51,7 @@ def in_netns(netns: str | None, argv: list[str]) -> list[str]:
 def child_env(extra: dict | None = None) -> dict[str, str]:
     """This process's environment, with geryon's package root first on PYTHONPATH, plus `extra`."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
+    env.setdefault("PYTHONFAULTHANDLER", "1")  # stacks on SIGABRT: see ChildProcess.finish
     env.update({k: str(v) for k, v in (extra or {}).items()})
     return env
 
@@ -112,8 +117,9 @@ class ChildProcess:
         try:
             self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            self._abort_for_stacks()
             self.kill()
-            raise self.error(f"{self.name} ran past {timeout:g} s: {self.stderr_tail()}") from None
+            raise self.error(f"{self.name} ran past {timeout:g} s: {self.stderr_tail(STACKS_CHARS)}") from None
         records = []
         while True:
             line = self._lines.get()
@@ -139,6 +145,15 @@ class ChildProcess:
             self.process.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             raise self.error(f"{self.name} is gone: {self.stderr_tail()}") from None
+
+    def _abort_for_stacks(self, wait: float = 2.0) -> None:
+        """SIGABRT a hung child: a Python child with faulthandler on writes every thread's stack to stderr."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGABRT)
+            try:
+                self.process.wait(wait)
+            except subprocess.TimeoutExpired:
+                pass
 
     def stderr_tail(self, chars: int = 800) -> str:
         try:

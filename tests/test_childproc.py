@@ -32,3 +32,21 @@ def test_the_failure_seen_first_is_raised_not_the_first_child():
     assert "then rank 0 exited 1" in message
     assert time.monotonic() - started < 20          # rank 2 was not waited for
     assert all(not child.running() for child in children)
+
+
+def test_a_hung_child_shows_where_its_threads_were():
+    """Past its timeout a Python child is aborted first, so the error carries its threads' stacks."""
+    code = ("import threading, time\n"
+            "def stuck_in_helper(): time.sleep(60)\n"
+            "threading.Thread(target=stuck_in_helper, daemon=True).start()\n"
+            "def stuck_in_main(): time.sleep(60)\n"
+            "stuck_in_main()\n")
+    child = _child(code, "hung child")
+    started = time.monotonic()
+    with pytest.raises(TransportError) as failure:
+        child.finish(timeout=1)
+    message = str(failure.value)
+    assert message.startswith("hung child ran past 1 s")
+    assert "stuck_in_main" in message and "stuck_in_helper" in message
+    assert time.monotonic() - started < 10 and not child.running()
+    child.close()

@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 
+from geryon.signals import event_set_by_signals
+
 DRAIN_IDLE_S = 0.25  # on stop, keep reading until the capture has been idle this long...
 DRAIN_MAX_S = 3.0  # ...but no longer than this
 RECEIVE_BUFFER = 64 * 2**20  # bytes of captured frames the kernel may hold for us
@@ -96,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=None)
     parser.add_argument("--duration", type=float, default=None)
     args = parser.parse_args(argv)
-    stop_event = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop_event.set())
+    stop_event = event_set_by_signals(signal.SIGTERM, signal.SIGINT)
 
     def on_ready():
         print("READY", flush=True)

@@ -38,6 +38,7 @@ import sys
 import threading
 
 from geryon.errors import GeryonError
+from geryon.signals import event_set_by_signals
 from geryon.runtime import env as rank_env
 from geryon.runtime import jobtransport
 from geryon.runtime.env import RankEnv
@@ -54,9 +55,7 @@ EXIT_WORKER_LOST = 1
 
 def serve(env: RankEnv) -> int:
     """Run this process's server role until the workers leave or the launcher stops it."""
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
-    signal.signal(signal.SIGINT, lambda signum, frame: stopped.set())
+    stopped = event_set_by_signals(signal.SIGTERM, signal.SIGINT)
     index, count, workers = env.server_rank, env.servers or 1, env.workers
     name = f"server {index} of {count}"
     prefix = env.store_prefix
