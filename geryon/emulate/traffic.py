@@ -34,6 +34,8 @@ import sys
 import threading
 import time
 
+from geryon.signals import event_set_by_signals
+
 MODE_BULK = b"B"
 MODE_REQUESTS = b"R"
 ACK = b"A"
@@ -113,8 +115,7 @@ def run_bulk(args: argparse.Namespace) -> dict:
     sock.sendall(MODE_BULK)
     sock.settimeout(0.05)  # a starved flow must still notice its deadline
     payload = memoryview(bytes(CHUNK))
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = event_set_by_signals(signal.SIGTERM)
     _wait_until(args.start_at)
     start = time.monotonic()
     warm_at, end_at = start + args.warmup, start + args.duration
