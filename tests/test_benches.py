@@ -30,9 +30,11 @@ def test_bench_transport_baseline_shares_the_dscp_and_congestion_control():
 
 
 def test_bench_allreduce_names_the_congestion_control_gloo_used_too():
-    records = _bench("allreduce", "--workers", "2", "--sizes", "1e5", "--iters", "1", "--congestion", "reno")
+    records = _bench("allreduce", "--workers", "2", "--sizes", "1e5", "--iters", "1", "--congestion", "reno",
+                     "--no-offload")
     assert len(records) == 1
     assert records[0]["congestion"] == "reno" and records[0]["ratio_vs_gloo"] > 0
+    assert records[0]["offload"] is False
 
 
 def test_bench_priority_saw_the_bulk():
@@ -46,6 +48,7 @@ def test_bench_allreduce_runs_both_systems_at_the_asked_mtu():
                      "--mtu", "9000")
     assert len(records) == 1 and records[0]["mtu"] == 9000 and records[0]["ratio_vs_gloo"] > 0
     assert records[0]["ack_priority"] == "own"  # the emulated cluster's default, for gloo and geryon alike
+    assert records[0]["offload"] is True
     assert records[0]["header_floor_vs_line_rate"] == pytest.approx(9014 / 8948)
 
 

@@ -57,7 +57,7 @@ from geryon.transport.policy import POLICIES
 
 def _print(args, record: dict) -> None:
     if "bw" in record:
-        record = {**record, "mtu": args.mtu, "ack_priority": args.ack_priority}
+        record = {**record, "mtu": args.mtu, "ack_priority": args.ack_priority, "offload": args.offload}
     if args.json:
         print(json.dumps(record), flush=True)
     else:
@@ -71,7 +71,7 @@ def _cluster(hosts: int, args, default_congestion: bool = False):
     from geryon.emulate import EmulatedCluster
     return EmulatedCluster("b" + uuid.uuid4().hex[:5], hosts=hosts, bw=args.bw,
                            tcp_congestion=args.congestion if default_congestion else None, mtu=args.mtu,
-                           ack_priority=args.ack_priority)
+                           ack_priority=args.ack_priority, offload=args.offload)
 
 
 def _dscp_of(policy: str) -> int:
@@ -406,6 +406,10 @@ def _shared(parser) -> None:
                         help=f"MTU of every emulated link, for every system alike (default {DEFAULT_MTU}; "
                         "9000: jumbo frames)")
     add_ack_priority_argument(parser, "for every system alike")
+    parser.add_argument("--no-offload", dest="offload", action="store_false",
+                        help="MTU-sized packets through every queue (no 64 KB GSO super-packets), for every "
+                        "system alike; costs CPU: at 8 ranks x 100 Mbit/s it makes every system CPU-bound "
+                        "(docs/transport-profile.md, tenth session)")
     parser.add_argument("--slice-bytes", type=int, default=TransportConfig.slice_bytes)
     parser.add_argument("--max-slice-bytes", type=int, default=TransportConfig.max_slice_bytes,
                         help="allreduce: largest piece where the link proved fast (TransportConfig."
