@@ -13,8 +13,8 @@ layer's type; every message names the child, its exit status and the tail of its
 
 `child_env()` puts the directory that holds the `geryon` package on PYTHONPATH, so a child started
 with `ip netns exec` or `nsenter` imports the same geryon as its parent, installed or not, and turns on
-Python's faulthandler there: a child that runs past its timeout is sent SIGABRT first, so the error
-shows where each of its threads was stuck (then it is killed).
+Python's faulthandler there: a child that runs past its timeout, or says nothing within one, is sent
+SIGABRT first, so the error shows where each of its threads was stuck (then it is killed).
 """
 
 import json
@@ -95,11 +95,14 @@ class ChildProcess:
         self._lines.put(_EOF)
 
     def next_line(self, timeout: float) -> str:
-        """The next stdout line; `error` if none comes within `timeout` s or the child exits first."""
+        """The next stdout line; `error` if none comes within `timeout` s (the child is then aborted, for its
+        stacks) or the child exits first."""
         try:
             line = self._lines.get(timeout=timeout)
         except queue.Empty:
-            raise self.error(f"{self.name} said nothing within {timeout:g} s: {self.stderr_tail()}") from None
+            self._abort_for_stacks()
+            stacks = self.stderr_tail(STACKS_CHARS)
+            raise self.error(f"{self.name} said nothing within {timeout:g} s: {stacks}") from None
         if line is _EOF:
             self._lines.put(_EOF)
             raise self.error(f"{self.name} exited ({self.process.wait()}): {self.stderr_tail()}")

@@ -50,3 +50,12 @@ def test_a_hung_child_shows_where_its_threads_were():
     assert "stuck_in_main" in message and "stuck_in_helper" in message
     assert time.monotonic() - started < 10 and not child.running()
     child.close()
+
+
+def test_a_silent_child_shows_where_it_was_stuck():
+    child = _child("import time\ndef never_says_ready(): time.sleep(60)\nnever_says_ready()\n", "silent child")
+    with pytest.raises(TransportError) as failure:
+        child.next_line(timeout=1)
+    assert str(failure.value).startswith("silent child said nothing within 1 s")
+    assert "never_says_ready" in str(failure.value) and not child.running()
+    child.close()
