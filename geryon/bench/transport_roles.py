@@ -95,6 +95,18 @@ def start_together(rank: int, allreduce) -> float:
     return start
 
 
+def timed_inputs(tensors: list[torch.Tensor], iters: int) -> list[list[torch.Tensor]]:
+    """A fresh copy of `tensors` for each timed collective, all made before the warm-up collective (so
+    that no rank is still copying when the first start is agreed).
+
+    Made between collectives instead, a rank that finished first would copy the next inputs (a
+    memcpy of the whole size) while the others still finish, taking one of the 2 shared cores from
+    them: the traced 8 x 10 MB ring lost up to 22 ms between a rank's last piece and the end of its
+    collective that way (docs/transport-profile.md, tenth session). Both systems alike.
+    """
+    return [[t.clone() for t in tensors] for _ in range(iters)]
+
+
 def allreduce_inputs(size: int, rank: int, two_classes: bool) -> tuple[list[torch.Tensor], list[int]]:
     """The tensors a benchmark rank reduces: one of `size` bytes, or a high- and a low-class pair."""
     if not two_classes:
@@ -110,21 +122,22 @@ def run_allreduce(args) -> None:
         _emit(event="ready", rank=args.rank)
         for size in args.sizes:
             tensors, priorities = allreduce_inputs(size, args.rank, args.two_classes)
+            works = timed_inputs(tensors, args.iters)
             group.allreduce([t.clone() for t in tensors], priorities)   # warm-up, plan agreement
-            times, cpu = [], 0.0
+            times, starts, cpu = [], [], 0.0
             group.allreduce([torch.zeros(1, dtype=torch.float64)])
-            for i in range(args.iters):
-                work = [t.clone() for t in tensors]
+            for work in works:
                 started = start_together(args.rank, lambda t: group.allreduce([t]))
                 cpu_started = time.process_time()
                 group.allreduce(work, priorities)
                 times.append(time.time() - started)
+                starts.append(started)
                 cpu += time.process_time() - cpu_started
-                if args.checksum:
-                    digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in work)).hexdigest()
-                    _emit(event="iteration", size_bytes=size, iteration=i, sha256=digest)
+            for i, work in enumerate(works if args.checksum else []):
+                digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in work)).hexdigest()
+                _emit(event="iteration", size_bytes=size, iteration=i, sha256=digest)
             _emit(event="result", system="geryon", size_bytes=size, seconds=sorted(times)[len(times) // 2],
-                  all_seconds=times, cpu_seconds=cpu)
+                  all_seconds=times, all_starts=starts, cpu_seconds=cpu)
 
 
 def run_gloo(args) -> None:
@@ -136,17 +149,18 @@ def run_gloo(args) -> None:
     try:
         for size in args.sizes:
             tensor = _tensors(size, args.rank)
+            works = timed_inputs([tensor], args.iters)
             dist.all_reduce(tensor.clone())
-            times, cpu = [], 0.0
-            for _ in range(args.iters):
-                work = tensor.clone()
+            times, starts, cpu = [], [], 0.0
+            for [work] in works:
                 started = start_together(args.rank, dist.all_reduce)
                 cpu_started = time.process_time()
                 dist.all_reduce(work)
                 times.append(time.time() - started)
+                starts.append(started)
                 cpu += time.process_time() - cpu_started
             _emit(event="result", system="gloo", size_bytes=size, seconds=sorted(times)[len(times) // 2],
-                  all_seconds=times, cpu_seconds=cpu)
+                  all_seconds=times, all_starts=starts, cpu_seconds=cpu)
     finally:
         dist.destroy_process_group()
 
