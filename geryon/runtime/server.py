@@ -38,13 +38,13 @@ import sys
 import threading
 
 from geryon.errors import GeryonError
-from geryon.signals import event_set_by_signals
 from geryon.runtime import env as rank_env
 from geryon.runtime import jobtransport
 from geryon.runtime.env import RankEnv
 from geryon.runtime.ps_checkpoint import state_exchange
 from geryon.runtime.ps_sync import SPEC_KEY, SWITCH_KEY, decode_priorities, decode_spec, server_key
 from geryon.runtime.store_blobs import get_blob, put_blob
+from geryon.signals import event_set_by_signals
 
 SWITCH_STATE_KEY = "ps/switch/{switch}/state/{index}"
 NORM_KEY = "ps/norm/{iteration}/{index}"
