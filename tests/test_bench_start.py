@@ -1,4 +1,5 @@
-"""The benches' common start: every rank gets rank 0's instant, sleeps until it and is timed from it."""
+"""The benches' common start: every rank gets one instant (the latest arrival + the lead), sleeps until it and
+is timed from it."""
 
 import threading
 import time
@@ -8,7 +9,7 @@ import torch
 from geryon.bench.transport_roles import START_LEAD_S, start_together
 
 
-def test_ranks_agree_on_rank_zeros_instant_and_wake_after_it():
+def test_ranks_agree_on_the_latest_arrival_plus_the_lead_and_wake_after_it():
     ranks = 3
     inputs: list[torch.Tensor] = [None] * ranks
     meeting = threading.Barrier(ranks)
@@ -22,8 +23,12 @@ def test_ranks_agree_on_rank_zeros_instant_and_wake_after_it():
             meeting.wait()
         return allreduce
 
+    arrived = [None] * ranks
+
     def body(rank):
-        starts[rank] = start_together(rank, allreduce_of(rank))
+        time.sleep(0.05 * rank)                      # rank 2 arrives last, 0.1 s after rank 0
+        arrived[rank] = time.time()
+        starts[rank] = start_together(rank, ranks, allreduce_of(rank))
         woke[rank] = time.time()
 
     before = time.time()
@@ -34,4 +39,14 @@ def test_ranks_agree_on_rank_zeros_instant_and_wake_after_it():
         thread.join(10)
     assert len(set(starts)) == 1                       # one instant, exactly, on every rank
     assert before + START_LEAD_S <= starts[0] <= time.time()
+    assert max(arrived) + START_LEAD_S - 0.01 <= starts[0] <= max(arrived) + START_LEAD_S + 0.01
     assert all(w >= starts[0] for w in woke)           # nobody starts the clock early
+
+
+def test_inputs_are_refilled_in_place_only_after_the_barrier():
+    from geryon.bench.transport_roles import refill_between
+    source, work, seen = [torch.arange(4.0)], [torch.zeros(4)], []
+    buffer = work[0].data_ptr()
+    refill_between(lambda: seen.append(work[0].clone()), work, source)
+    assert seen[0].eq(0).all()                          # the barrier ran before the copy
+    assert work[0].equal(source[0]) and work[0].data_ptr() == buffer   # copied into the same buffer

@@ -76,35 +76,40 @@ def _tensors(size_bytes: int, seed: int) -> torch.Tensor:
     return torch.randn(max(1, size_bytes // 4), generator=generator)
 
 
-START_LEAD_S = 0.1   # how far ahead rank 0 sets the common start of a timed collective
+START_LEAD_S = 0.1   # how far ahead of the last rank's arrival the common start of a timed collective is set
 
 
-def start_together(rank: int, allreduce) -> float:
-    """Agree on a wall-clock instant (rank 0's clock + START_LEAD_S) with one allreduce, sleep until
-    it and return it: every rank of a timed collective starts at the same instant and is timed from
-    it, so each rank's time ends where its collective does.
+def start_together(rank: int, world: int, allreduce) -> float:
+    """Agree on a wall-clock instant with one allreduce, sleep until it and return it: every rank of a
+    timed collective starts at the same instant and is timed from it, so each rank's time ends where
+    its collective does. The instant is START_LEAD_S after the latest rank's arrival here (each rank
+    puts its clock + START_LEAD_S in its own slot of a sum with zeros: exact, the same on every rank),
+    so a rank that arrives late never finds the instant already passed.
 
     The emulated hosts share one kernel clock. A barrier alone leaves the ranks' starts spread by how
     it releases them (a ring barrier: N-1 hops, the first rank out charged all of it; gloo's barrier:
     all-to-all, one hop), which would measure the barrier, not the collective (docs/transport-profile.md).
     """
-    instant = torch.tensor([time.time() + START_LEAD_S if rank == 0 else 0.0], dtype=torch.float64)
-    allreduce(instant)                       # a sum with zeros: exact, the same on every rank
-    start = instant.item()
+    arrivals = torch.zeros(world, dtype=torch.float64)
+    arrivals[rank] = time.time() + START_LEAD_S
+    allreduce(arrivals)
+    start = arrivals.max().item()
     time.sleep(max(0.0, start - time.time()))
     return start
 
 
-def timed_inputs(tensors: list[torch.Tensor], iters: int) -> list[list[torch.Tensor]]:
-    """A fresh copy of `tensors` for each timed collective, all made before the warm-up collective (so
-    that no rank is still copying when the first start is agreed).
+def refill_between(barrier, work: list[torch.Tensor], tensors: list[torch.Tensor]) -> None:
+    """Copy `tensors` into the reused `work` buffers once every rank has finished the last collective
+    (`barrier` returns only then).
 
-    Made between collectives instead, a rank that finished first would copy the next inputs (a
-    memcpy of the whole size) while the others still finish, taking one of the 2 shared cores from
-    them: the traced 8 x 10 MB ring lost up to 22 ms between a rank's last piece and the end of its
-    collective that way (docs/transport-profile.md, tenth session). Both systems alike.
+    Copied as soon as a rank's own collective ended instead, a rank that finished first would copy
+    (a memcpy of the whole size) while the others still finish, taking one of the 2 shared cores
+    from them: the traced 8 x 10 MB ring lost up to 22 ms between a rank's last piece and the end
+    of its collective that way (docs/transport-profile.md, tenth session). Both systems alike.
     """
-    return [[t.clone() for t in tensors] for _ in range(iters)]
+    barrier()
+    for target, source in zip(work, tensors):
+        target.copy_(source)
 
 
 def allreduce_inputs(size: int, rank: int, two_classes: bool) -> tuple[list[torch.Tensor], list[int]]:
@@ -122,20 +127,21 @@ def run_allreduce(args) -> None:
         _emit(event="ready", rank=args.rank)
         for size in args.sizes:
             tensors, priorities = allreduce_inputs(size, args.rank, args.two_classes)
-            works = timed_inputs(tensors, args.iters)
+            work = [t.clone() for t in tensors]
             group.allreduce([t.clone() for t in tensors], priorities)   # warm-up, plan agreement
             times, starts, cpu = [], [], 0.0
-            group.allreduce([torch.zeros(1, dtype=torch.float64)])
-            for work in works:
-                started = start_together(args.rank, lambda t: group.allreduce([t]))
+            world = len(peers)
+            for i in range(args.iters):
+                refill_between(lambda: group.allreduce([torch.zeros(1, dtype=torch.float64)]), work, tensors)
+                started = start_together(args.rank, world, lambda t: group.allreduce([t]))
                 cpu_started = time.process_time()
                 group.allreduce(work, priorities)
                 times.append(time.time() - started)
                 starts.append(started)
                 cpu += time.process_time() - cpu_started
-            for i, work in enumerate(works if args.checksum else []):
-                digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in work)).hexdigest()
-                _emit(event="iteration", size_bytes=size, iteration=i, sha256=digest)
+                if args.checksum:
+                    digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in work)).hexdigest()
+                    _emit(event="iteration", size_bytes=size, iteration=i, sha256=digest)
             _emit(event="result", system="geryon", size_bytes=size, seconds=sorted(times)[len(times) // 2],
                   all_seconds=times, all_starts=starts, cpu_seconds=cpu)
 
@@ -149,11 +155,12 @@ def run_gloo(args) -> None:
     try:
         for size in args.sizes:
             tensor = _tensors(size, args.rank)
-            works = timed_inputs([tensor], args.iters)
+            work = tensor.clone()
             dist.all_reduce(tensor.clone())
             times, starts, cpu = [], [], 0.0
-            for [work] in works:
-                started = start_together(args.rank, dist.all_reduce)
+            for _ in range(args.iters):
+                refill_between(lambda: dist.all_reduce(torch.zeros(1, dtype=torch.float64)), [work], [tensor])
+                started = start_together(args.rank, args.world, dist.all_reduce)
                 cpu_started = time.process_time()
                 dist.all_reduce(work)
                 times.append(time.time() - started)
