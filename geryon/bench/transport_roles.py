@@ -112,6 +112,28 @@ def refill_between(barrier, work: list[torch.Tensor], tensors: list[torch.Tensor
         target.copy_(source)
 
 
+def time_collectives(rank: int, world: int, iters: int, small_allreduce, collective, work, tensors,
+                     after_each=None) -> tuple[list[float], list[float], float]:
+    """`iters` timed runs of `collective()` (which reduces `work` in place): before each, `work` is refilled
+    from `tensors` after a barrier and every rank starts together. `small_allreduce(t)` sums a small
+    float64 tensor across the ranks (the barrier and the start). Returns each run's seconds from the
+    common start, the starts, and the CPU seconds of the timed parts; `after_each(i)` runs after run i.
+    """
+    flag = torch.zeros(1, dtype=torch.float64)   # the barrier's tensor, kept: a sum of zeros stays zero
+    times, starts, cpu = [], [], 0.0
+    for i in range(iters):
+        refill_between(lambda: small_allreduce(flag), work, tensors)
+        started = start_together(rank, world, small_allreduce)
+        cpu_started = time.process_time()
+        collective()
+        times.append(time.time() - started)
+        starts.append(started)
+        cpu += time.process_time() - cpu_started
+        if after_each is not None:
+            after_each(i)
+    return times, starts, cpu
+
+
 def allreduce_inputs(size: int, rank: int, two_classes: bool) -> tuple[list[torch.Tensor], list[int]]:
     """The tensors a benchmark rank reduces: one of `size` bytes, or a high- and a low-class pair."""
     if not two_classes:
@@ -129,19 +151,14 @@ def run_allreduce(args) -> None:
             tensors, priorities = allreduce_inputs(size, args.rank, args.two_classes)
             work = [t.clone() for t in tensors]
             group.allreduce([t.clone() for t in tensors], priorities)   # warm-up, plan agreement
-            times, starts, cpu = [], [], 0.0
-            world = len(peers)
-            for i in range(args.iters):
-                refill_between(lambda: group.allreduce([torch.zeros(1, dtype=torch.float64)]), work, tensors)
-                started = start_together(args.rank, world, lambda t: group.allreduce([t]))
-                cpu_started = time.process_time()
-                group.allreduce(work, priorities)
-                times.append(time.time() - started)
-                starts.append(started)
-                cpu += time.process_time() - cpu_started
-                if args.checksum:
-                    digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in work)).hexdigest()
-                    _emit(event="iteration", size_bytes=size, iteration=i, sha256=digest)
+
+            def checksum(i: int) -> None:
+                digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in work)).hexdigest()
+                _emit(event="iteration", size_bytes=size, iteration=i, sha256=digest)
+
+            times, starts, cpu = time_collectives(args.rank, len(peers), args.iters, lambda t: group.allreduce([t]),
+                                                  lambda: group.allreduce(work, priorities), work, tensors,
+                                                  after_each=checksum if args.checksum else None)
             _emit(event="result", system="geryon", size_bytes=size, seconds=sorted(times)[len(times) // 2],
                   all_seconds=times, all_starts=starts, cpu_seconds=cpu)
 
@@ -157,15 +174,8 @@ def run_gloo(args) -> None:
             tensor = _tensors(size, args.rank)
             work = tensor.clone()
             dist.all_reduce(tensor.clone())
-            times, starts, cpu = [], [], 0.0
-            for _ in range(args.iters):
-                refill_between(lambda: dist.all_reduce(torch.zeros(1, dtype=torch.float64)), [work], [tensor])
-                started = start_together(args.rank, args.world, dist.all_reduce)
-                cpu_started = time.process_time()
-                dist.all_reduce(work)
-                times.append(time.time() - started)
-                starts.append(started)
-                cpu += time.process_time() - cpu_started
+            times, starts, cpu = time_collectives(args.rank, args.world, args.iters, dist.all_reduce,
+                                                  lambda: dist.all_reduce(work), [work], [tensor])
             _emit(event="result", system="gloo", size_bytes=size, seconds=sorted(times)[len(times) // 2],
                   all_seconds=times, all_starts=starts, cpu_seconds=cpu)
     finally:
