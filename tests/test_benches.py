@@ -43,10 +43,21 @@ def test_bench_priority_saw_the_bulk():
     assert len(records) == 1 and records[0]["bulk_bytes_seen"] > 0 and records[0]["ratio_vs_unloaded"] > 0
 
 
+def test_bench_allreduce_times_the_wire_ring_like_the_collectives():
+    """The wire's ceiling (plain TCP streams of each ring link's bytes) is a row field, timed the same
+    way: 3 ranks x 1 MB, each port carries 2/3 MB; at 100 Mbit/s that takes about 53 ms."""
+    [record] = _bench("allreduce", "--workers", "3", "--sizes", "1e6", "--iters", "2", "--congestion", "reno")
+    assert record["line_rate_seconds"] == pytest.approx(2 * 2 / 3 * 1e6 * 8 / 1e8)
+    assert 0.5 < record["wire_ring_ratio_vs_line_rate"] < 2.0
+    assert record["ratio_vs_wire_ring"] == pytest.approx(record["seconds"] / record["wire_ring_seconds"])
+    assert record["gloo_ratio_vs_wire_ring"] == pytest.approx(record["gloo_seconds"] / record["wire_ring_seconds"])
+
+
 def test_bench_allreduce_runs_both_systems_at_the_asked_mtu():
     records = _bench("allreduce", "--workers", "2", "--sizes", "1e5", "--iters", "1", "--congestion", "reno",
-                     "--mtu", "9000")
+                     "--mtu", "9000", "--no-wire-ring")
     assert len(records) == 1 and records[0]["mtu"] == 9000 and records[0]["ratio_vs_gloo"] > 0
+    assert "wire_ring_seconds" not in records[0]
     assert records[0]["ack_priority"] == "own"  # the emulated cluster's default, for gloo and geryon alike
     assert records[0]["offload"] is True
     assert records[0]["header_floor_vs_line_rate"] == pytest.approx(9014 / 8948)

@@ -45,3 +45,12 @@ def gloo_placements(cluster, hosts: list[str], ranks: int, *args) -> list[tuple[
     master = f"{cluster.host(where[0]).ip}:{BASE_PORT + 99}"
     return [(h, role_argv("gloo", "--rank", r, "--world", ranks, "--master", master, *args))
             for r, h in enumerate(where)]
+
+
+def wire_ring_placements(cluster, hosts: list[str], ranks: int, *args) -> list[tuple[str, list[str]]]:
+    """The wire-ring role (plain TCP streams round the ring), placed as the ring's ranks, with gloo's master."""
+    where = [hosts[r % len(hosts)] for r in range(ranks)]
+    peers = ",".join(f"{cluster.host(h).ip}:{BASE_PORT + r}" for r, h in enumerate(where))
+    master = f"{cluster.host(where[0]).ip}:{BASE_PORT + 99}"
+    return [(h, role_argv("wire-ring", "--rank", r, "--world", ranks, "--master", master, "--peers", peers, *args))
+            for r, h in enumerate(where)]

@@ -6,8 +6,11 @@
                                              with --tls the 1x1 PS and the ring also over TLS (ps-tls,
                                              allreduce-tls: ratio_vs_plain, the cost of TLS)
     geryon bench allreduce --workers 4,8 --repeat 3
-                                             allreduce time vs torch.distributed gloo (ratio_vs_gloo) and vs
+                                             allreduce time vs torch.distributed gloo (ratio_vs_gloo), vs
                                              the ring's line-rate bound 2(N-1)/N * size / rate (ratio_vs_line_rate)
+                                             and vs the wire's ceiling (ratio_vs_wire_ring): plain TCP streams
+                                             of the same bytes round the same ring, no reduction; a collective
+                                             near 1.0 there is limited by the emulated wire and TCP, not by itself
 Every row also gives `cpu_s_per_gb`: CPU seconds (user + system, all processes of the system measured,
 time.process_time) per GB its transfers put on the wire; allreduce rows give gloo's alongside.
     geryon bench priority --servers 2        high-priority burst under low-priority bulk, per policy
@@ -45,7 +48,8 @@ import time
 import uuid
 
 from geryon.bench import tcpstats
-from geryon.bench.emulated import BASE_PORT, gloo_placements, ring_placements, role_argv, run_roles
+from geryon.bench.emulated import (BASE_PORT, gloo_placements, ring_placements, role_argv, run_roles,
+                                   wire_ring_placements)
 from geryon.emulate.cluster import add_ack_priority_argument
 from geryon.emulate.fabric import DEFAULT_MTU
 from geryon.errors import ConfigError, TransportError
@@ -356,6 +360,14 @@ def bench_allreduce(args) -> int:
                 ours, theirs = _median(_iteration_seconds(mine)), _median(_iteration_seconds(gloo))
                 bound = ring_bound_seconds(size, workers, rate)
                 wire = 2 * (workers - 1) * size * args.repeat     # every rank sends 2(N-1)/N of the data
+                ceiling = {}
+                if args.wire_ring:
+                    streams = run_roles(cluster, wire_ring_placements(cluster, hosts, workers, "--sizes", size,
+                                                                      "--iters", args.repeat),
+                                        env={"GLOO_SOCKET_IFNAME": "eth0"})
+                    plain = _median(_iteration_seconds(streams))
+                    ceiling = {"wire_ring_seconds": plain, "ratio_vs_wire_ring": ours / plain,
+                               "gloo_ratio_vs_wire_ring": theirs / plain, "wire_ring_ratio_vs_line_rate": plain / bound}
                 _print(args, {"bench": "allreduce", "workers": workers, "bw": args.bw, "size_bytes": size,
                               "policy": args.policy, "congestion": congestion, "repeat": args.repeat,
                               "seconds": ours, "gloo_seconds": theirs, "line_rate_seconds": bound,
@@ -365,7 +377,7 @@ def bench_allreduce(args) -> int:
                               "slice_bytes": args.slice_bytes,
                               "max_slice_bytes": _max_slice_bytes(args),
                               "cpu_s_per_gb": _per_gb(_cpu_seconds(mine), wire),
-                              "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo), wire)})
+                              "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo), wire), **ceiling})
     return 0
 
 
@@ -446,6 +458,9 @@ def add_benches(bench) -> None:
     parser.add_argument("--repeat", "--iters", dest="repeat", type=int, default=3,
                         help="timed allreduces per size and system; rows give the median")
     parser.add_argument("--policy", default="geryon", choices=sorted(POLICIES))
+    parser.add_argument("--no-wire-ring", dest="wire_ring", action="store_false",
+                        help="skip the wire's ceiling: plain TCP streams of the bytes each ring link carries, "
+                        "timed like the collectives (wire_ring_seconds, ratio_vs_wire_ring)")
     parser.set_defaults(func=bench_allreduce)
 
     parser = bench.add_parser("priority", help="high-priority burst under bulk from S servers")

@@ -5,6 +5,9 @@ object per line on stdout ({"event": "ready"} first, then results); errors go to
 
     allreduce  --rank R --peers H:P,H:P,...   ring allreduce of --sizes (bytes), --iters times each
     gloo       --rank R --world N --master H:P torch.distributed gloo allreduce, same sizes
+    wire-ring  --rank R --world N --master H:P --peers H:P,...
+                                               the wire's ceiling for a ring: plain TCP streams of the
+                                               bytes a ring link carries, no reduction (run_wire_ring)
     ps-server  --index S --servers M --workers W --listen H:P --sizes ...
     ps-worker  --rank W --workers W --servers H:P,... --sizes ... --iters K
     prio-server / prio-worker                  the priority benchmark (see geryon.bench.priority)
@@ -25,7 +28,7 @@ import time
 import torch
 
 from geryon import envvars
-from geryon.errors import GeryonError
+from geryon.errors import GeryonError, TransportError
 from geryon.transport.config import TransportConfig
 from geryon.transport.tls import load_credentials
 
@@ -182,6 +185,94 @@ def run_gloo(args) -> None:
         dist.destroy_process_group()
 
 
+WIRE_BUFFER_BYTES = 4 << 20   # what a wire-ring rank sends from and reads into, reused
+
+
+def ring_link_bytes(size: int, world: int) -> int:
+    """Bytes one rank's port carries in a ring allreduce of `size` bytes: 2(N-1)/N of the data."""
+    return 2 * (world - 1) * size // world
+
+
+def _wire_ring_sockets(args):
+    """This rank's plain TCP sockets to its right and from its left neighbour (gloo's rendezvous, done
+    after this rank listens, is the barrier that makes every listener exist before anyone dials)."""
+    import socket
+
+    import torch.distributed as dist
+    peers = _addresses(args.peers)
+    listener = socket.create_server(("0.0.0.0", peers[args.rank][1]))
+    listener.settimeout(args.timeout)
+    host, port = args.master.rsplit(":", 1)
+    dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=args.rank, world_size=args.world)
+    right = socket.create_connection(peers[(args.rank + 1) % args.world], timeout=args.timeout)
+    left, _ = listener.accept()
+    listener.close()
+    for sock in (right, left):
+        sock.settimeout(args.timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return right, left
+
+
+def _stream(right, left, nbytes: int, out: memoryview, inbox: memoryview, pool) -> None:
+    """Send `nbytes` to the right (a thread) while reading as many from the left."""
+    import socket
+
+    def send() -> None:
+        left_to_send = nbytes
+        while left_to_send:
+            chunk = min(left_to_send, len(out))
+            right.sendall(out[:chunk])
+            left_to_send -= chunk
+
+    sending = pool.submit(send)
+    got = 0
+    try:
+        while got < nbytes:
+            n = left.recv_into(inbox, min(len(inbox), nbytes - got), socket.MSG_WAITALL)
+            if n == 0:
+                raise TransportError(f"the left neighbour closed its stream after {got} of {nbytes} bytes")
+            got += n
+        sending.result()
+    except OSError as exc:    # socket.timeout included: a neighbour died or stalled
+        raise TransportError(f"wire ring stream failed after {got} of {nbytes} bytes read: {exc!r}") from None
+
+
+def run_wire_ring(args) -> None:
+    """The wire's own ceiling for a ring allreduce, timed exactly like the collectives.
+
+    Each rank streams the bytes its port carries in a ring allreduce of each size
+    (`ring_link_bytes`) to its right neighbour over one plain TCP socket while reading as many from
+    its left: every port busy one way with data and the other with ACKs, as in the ring, but no
+    reduction and no piece waiting for another (a link that falls behind holds up no other). Sockets
+    as gloo's (TCP_NODELAY, the host's congestion control, DSCP 0). gloo serves only as the barrier
+    and the common start (`time_collectives`). This is what TCP with gloo's socket settings gets from
+    the emulated ports; a collective can come in a little under it only through other socket
+    settings (geryon's flows: their class's DSCP, the 10 ms RTO floor, TCP_NOTSENT_LOWAT) or the
+    run-to-run spread (docs/transport-profile.md, eleventh session).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch.distributed as dist
+    right, left = _wire_ring_sockets(args)
+    out = memoryview(bytearray(WIRE_BUFFER_BYTES))
+    inbox = memoryview(bytearray(WIRE_BUFFER_BYTES))
+    _emit(event="ready", rank=args.rank)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            for size in args.sizes:
+                nbytes = ring_link_bytes(size, args.world)
+                _stream(right, left, nbytes, out, inbox, pool)    # warm-up, as the collectives have
+                times, starts, cpu = time_collectives(
+                    args.rank, args.world, args.iters, dist.all_reduce,
+                    lambda: _stream(right, left, nbytes, out, inbox, pool), [], [])
+                _emit(event="result", system="wire-ring", size_bytes=size, seconds=sorted(times)[len(times) // 2],
+                      all_seconds=times, all_starts=starts, cpu_seconds=cpu)
+    finally:
+        right.close()
+        left.close()
+        dist.destroy_process_group()
+
+
 def _ps_params(sizes: list[int]) -> list[torch.Tensor]:
     return [_tensors(size, 100 + i) for i, size in enumerate(sizes)]
 
@@ -227,7 +318,7 @@ def run_ps_worker(args) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m geryon.bench.transport_roles")
-    parser.add_argument("role", choices=["allreduce", "gloo", "ps-server", "ps-worker",
+    parser.add_argument("role", choices=["allreduce", "gloo", "wire-ring", "ps-server", "ps-worker",
                                          "prio-server", "prio-worker"])
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--world", type=int, default=1)
@@ -269,7 +360,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.role in ("ps-server", "prio-server"):
         args.servers = int(args.servers)
-    runners = {"allreduce": run_allreduce, "gloo": run_gloo, "ps-server": run_ps_server,
+    runners = {"allreduce": run_allreduce, "gloo": run_gloo, "wire-ring": run_wire_ring, "ps-server": run_ps_server,
                "ps-worker": run_ps_worker}
     if args.role.startswith("prio-"):
         from geryon.bench import priority
