@@ -33,24 +33,29 @@ def run_roles(cluster, placements: list[tuple[str, list[str]]], timeout: float =
     return finish_all(children, timeout)
 
 
-def ring_placements(cluster, hosts: list[str], ranks: int, *args) -> list[tuple[str, list[str]]]:
-    """Ranks spread round-robin over `hosts`, each listening on its own port."""
+def _spread(cluster, hosts: list[str], ranks: int) -> tuple[list[str], str, str]:
+    """Ranks round-robin over `hosts`: each rank's host, every rank's listening address (its own port),
+    and the gloo rendezvous address (rank 0's host)."""
     where = [hosts[r % len(hosts)] for r in range(ranks)]
     peers = ",".join(f"{cluster.host(h).ip}:{BASE_PORT + r}" for r, h in enumerate(where))
+    return where, peers, f"{cluster.host(where[0]).ip}:{BASE_PORT + 99}"
+
+
+def ring_placements(cluster, hosts: list[str], ranks: int, *args) -> list[tuple[str, list[str]]]:
+    """geryon's ring: ranks spread round-robin over `hosts`, each listening on its own port."""
+    where, peers, _ = _spread(cluster, hosts, ranks)
     return [(h, role_argv("allreduce", "--rank", r, "--peers", peers, *args)) for r, h in enumerate(where)]
 
 
 def gloo_placements(cluster, hosts: list[str], ranks: int, *args) -> list[tuple[str, list[str]]]:
-    where = [hosts[r % len(hosts)] for r in range(ranks)]
-    master = f"{cluster.host(where[0]).ip}:{BASE_PORT + 99}"
+    """torch.distributed gloo, placed as the ring's ranks."""
+    where, _, master = _spread(cluster, hosts, ranks)
     return [(h, role_argv("gloo", "--rank", r, "--world", ranks, "--master", master, *args))
             for r, h in enumerate(where)]
 
 
 def wire_ring_placements(cluster, hosts: list[str], ranks: int, *args) -> list[tuple[str, list[str]]]:
     """The wire-ring role (plain TCP streams round the ring), placed as the ring's ranks, with gloo's master."""
-    where = [hosts[r % len(hosts)] for r in range(ranks)]
-    peers = ",".join(f"{cluster.host(h).ip}:{BASE_PORT + r}" for r, h in enumerate(where))
-    master = f"{cluster.host(where[0]).ip}:{BASE_PORT + 99}"
+    where, peers, master = _spread(cluster, hosts, ranks)
     return [(h, role_argv("wire-ring", "--rank", r, "--world", ranks, "--master", master, "--peers", peers, *args))
             for r, h in enumerate(where)]
