@@ -22,6 +22,7 @@ import atexit
 import hashlib
 import json
 import os
+import socket
 import sys
 import time
 
@@ -196,8 +197,6 @@ def ring_link_bytes(size: int, world: int) -> int:
 def _wire_ring_sockets(args):
     """This rank's plain TCP sockets to its right and from its left neighbour (gloo's rendezvous, done
     after this rank listens, is the barrier that makes every listener exist before anyone dials)."""
-    import socket
-
     import torch.distributed as dist
     peers = _addresses(args.peers)
     listener = socket.create_server(("0.0.0.0", peers[args.rank][1]))
@@ -215,7 +214,6 @@ def _wire_ring_sockets(args):
 
 def _stream(right, left, nbytes: int, out: memoryview, inbox: memoryview, pool) -> None:
     """Send `nbytes` to the right (a thread) while reading as many from the left."""
-    import socket
 
     def send() -> None:
         left_to_send = nbytes
