@@ -51,6 +51,11 @@ def test_bench_allreduce_times_the_wire_ring_like_the_collectives():
     assert 0.5 < record["wire_ring_ratio_vs_line_rate"] < 2.0
     assert record["ratio_vs_wire_ring"] == pytest.approx(record["seconds"] / record["wire_ring_seconds"])
     assert record["gloo_ratio_vs_wire_ring"] == pytest.approx(record["gloo_seconds"] / record["wire_ring_seconds"])
+    # per timed iteration and per host, each system's own times and TCP counters
+    assert all(len(record[key]) == 2 for key in ("all_seconds", "gloo_all_seconds", "wire_ring_all_seconds"))
+    assert record["seconds"] == sorted(record["all_seconds"])[1]
+    for key in ("tcp_counters", "gloo_tcp_counters", "wire_ring_tcp_counters"):
+        assert sorted(record[key]) == ["h1", "h2", "h3"] and all(c["out_segs"] > 0 for c in record[key].values())
 
 
 def test_bench_allreduce_runs_both_systems_at_the_asked_mtu():

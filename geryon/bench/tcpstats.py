@@ -52,3 +52,10 @@ def read_all(cluster, hosts: list[str]) -> dict[str, dict[str, int]]:
 def deltas(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     """Per host, what each counter grew by between two `read_all` snapshots."""
     return {host: {name: after[host][name] - before[host][name] for name in after[host]} for host in after}
+
+
+def counted(cluster, hosts: list[str], run):
+    """`run()`'s result, and the COUNTERS each of `hosts` added while it ran (`deltas`)."""
+    before = read_all(cluster, hosts)
+    result = run()
+    return result, deltas(before, read_all(cluster, hosts))

@@ -228,9 +228,7 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
                                                    "--warmup", args.warmup, "--policy", policy, *_common(args)))
                            for w in range(workers)]
             host_names = [f"h{h + 1}" for h in range(hosts)]
-            counters_before = tcpstats.read_all(cluster, host_names)
-            records = run_roles(cluster, placements)
-            tcp = tcpstats.deltas(counters_before, tcpstats.read_all(cluster, host_names))
+            records, tcp = tcpstats.counted(cluster, host_names, lambda: run_roles(cluster, placements))
             periods = _coflow_periods(records[servers:])
             per_worker = _iteration_seconds(records[servers:])
             seconds = _median(periods)
@@ -352,25 +350,30 @@ def bench_allreduce(args) -> int:
         with _cluster(workers, args, default_congestion=True) as cluster:
             congestion = cluster.congestion_control(hosts[0])   # gloo's and geryon's flows alike
             for size in sizes:
-                mine = run_roles(cluster, ring_placements(cluster, hosts, workers, "--sizes", size, "--iters",
-                                                          args.repeat, "--policy", args.policy, *_common(args)))
-                gloo = run_roles(cluster, gloo_placements(cluster, hosts, workers, "--sizes", size,
-                                                          "--iters", args.repeat),
-                                 env={"GLOO_SOCKET_IFNAME": "eth0"})
+                mine, tcp = tcpstats.counted(cluster, hosts, lambda: run_roles(cluster, ring_placements(
+                    cluster, hosts, workers, "--sizes", size, "--iters", args.repeat, "--policy", args.policy,
+                    *_common(args))))
+                gloo, gloo_tcp = tcpstats.counted(cluster, hosts, lambda: run_roles(cluster, gloo_placements(
+                    cluster, hosts, workers, "--sizes", size, "--iters", args.repeat),
+                    env={"GLOO_SOCKET_IFNAME": "eth0"}))
                 ours, theirs = _median(_iteration_seconds(mine)), _median(_iteration_seconds(gloo))
                 bound = ring_bound_seconds(size, workers, rate)
                 wire = 2 * (workers - 1) * size * args.repeat     # every rank sends 2(N-1)/N of the data
                 ceiling = {}
                 if args.wire_ring:
-                    streams = run_roles(cluster, wire_ring_placements(cluster, hosts, workers, "--sizes", size,
-                                                                      "--iters", args.repeat),
-                                        env={"GLOO_SOCKET_IFNAME": "eth0"})
+                    streams, wire_tcp = tcpstats.counted(cluster, hosts, lambda: run_roles(
+                        cluster, wire_ring_placements(cluster, hosts, workers, "--sizes", size, "--iters",
+                                                      args.repeat), env={"GLOO_SOCKET_IFNAME": "eth0"}))
                     plain = _median(_iteration_seconds(streams))
-                    ceiling = {"wire_ring_seconds": plain, "ratio_vs_wire_ring": ours / plain,
+                    ceiling = {"wire_ring_seconds": plain, "wire_ring_all_seconds": _iteration_seconds(streams),
+                               "wire_ring_tcp_counters": wire_tcp, "ratio_vs_wire_ring": ours / plain,
                                "gloo_ratio_vs_wire_ring": theirs / plain, "wire_ring_ratio_vs_line_rate": plain / bound}
                 _print(args, {"bench": "allreduce", "workers": workers, "bw": args.bw, "size_bytes": size,
                               "policy": args.policy, "congestion": congestion, "repeat": args.repeat,
                               "seconds": ours, "gloo_seconds": theirs, "line_rate_seconds": bound,
+                              "all_seconds": _iteration_seconds(mine), "gloo_all_seconds": _iteration_seconds(gloo),
+                              # per host, over each system's whole run (warm-up and set-up too)
+                              "tcp_counters": tcp, "gloo_tcp_counters": gloo_tcp,
                               "ratio_vs_gloo": ours / theirs, "ratio_vs_line_rate": ours / bound,
                               "gloo_ratio_vs_line_rate": theirs / bound,
                               "header_floor_vs_line_rate": header_floor(args.mtu),
