@@ -155,3 +155,37 @@ def test_ranks_that_cut_their_chunks_differently_still_agree_bit_exactly():
     for out, again, learned in results:
         assert torch.equal(out[0], want[0]) and torch.equal(again[0], want_avg[0])
         assert learned is not None and learned > 0    # 120 KB per link >= 16 slices of 1 KiB
+
+
+def test_a_rank_queues_its_own_chunk_piece_by_piece_in_the_order_of_queuing_it_all():
+    """A rank's own chunk leaves in pieces, each queued (by the sender thread) once the piece before
+    it is in the kernel, so the first byte need not wait for hundreds of pieces to be queued; the
+    send keys are reserved up front, so the order on the flow is what queuing them all at once gave:
+    the more urgent bucket's pieces first, each bucket's in offset order. Still bit-exact."""
+    from geryon.transport.buckets import chunk_bounds, normalize_priorities, plan_buckets
+    from geryon.transport.trace import TransferEvent
+
+    events: list[TransferEvent] = []
+    config = TransportConfig(secret="t", slice_bytes=1024, max_slice_bytes=1024, bucket_bytes=1 << 15,
+                             tracer=events.append)
+    priorities = [(0, 5), (0, 1)]            # one class, the second tensor more urgent
+    generator = torch.Generator().manual_seed(3)
+    inputs = [[torch.randn(8192, generator=generator) for _ in range(2)] for _ in range(2)]
+    results = serve_world_of_threads(2, config, lambda g: g.allreduce([t.clone() for t in inputs[g.rank]],
+                                                                      priorities))
+    want = reference_allreduce_tensors(inputs, priorities, "sum", 1 << 15)
+    assert all(torch.equal(got, w) for out in results for got, w in zip(out, want))
+
+    buckets = plan_buckets(inputs[0], normalize_priorities(2, priorities, config.classes), 1 << 15)
+    urgent = min(buckets, key=lambda b: b.urgency).id
+    own_ends = {b.id: chunk_bounds(b.numel, 2)[0][1] for b in buckets}
+    sent_by_rank0 = [e for e in events if e.peer.startswith("rank 1") and e.offset < own_ends[e.tensor_id]]
+    starts = [(e.tensor_id, e.offset) for e in sent_by_rank0 if e.kind == "send_start"]
+    assert len(starts) == 2 * 16                               # 16 KiB of each bucket in 1 KiB pieces
+    assert [b for b, _ in starts] == [urgent] * 16 + [1 - urgent] * 16
+    assert all(starts[i][1] < starts[i + 1][1] for i in (*range(15), *range(16, 31)))
+    for bucket in (0, 1):
+        mine = [e for e in sent_by_rank0 if e.tensor_id == bucket]
+        queued = sorted(e.t for e in mine if e.kind == "queued")
+        done = sorted(e.t for e in mine if e.kind == "send_done")
+        assert all(queued[i + 1] >= done[i] for i in range(15))   # piece i+1 queued after piece i went

@@ -264,11 +264,35 @@ class AllreduceGroup(PoolOwner):
             for run in runs:
                 self._check_done(collective, run)
             self.pool.cond.notify_all()
-        for run in runs:
-            start, end = self._chunk(run, r)
-            for offset, length in pieces(start, end, self._piece(run)):
-                self._send(collective, run, Kind.REDUCE, offset, length)
+        chains = [chain for run in runs if (chain := self._own_chunk(collective, run)) is not None]
+        for _, start_chain in sorted(chains, key=lambda chain: chain[0]):
+            start_chain()
         return collective
+
+    def _own_chunk(self, collective: _Collective, run: _BucketRun):
+        """The pieces of this rank's own chunk of `run`, as a chain: (the first piece's send key, a
+        function that queues the first piece); None when the chunk is empty.
+
+        Each piece is queued when the one before it has been handed to the kernel, under a send key
+        reserved now. `_start` reserves every run's keys first and starts the chains in key order,
+        so the flows send in the order that queuing every piece at once would give (a run's next
+        piece is queued by the sender thread before it takes its next frame), but the first byte
+        leaves as soon as the first piece is queued. Queuing a 100 MB chunk's hundreds of pieces up
+        front held every rank's first byte back by milliseconds of Python at every collective
+        (docs/transport-profile.md, twelfth session).
+        """
+        start, end = self._chunk(run, self.rank)
+        spans = pieces(start, end, self._piece(run))
+        if not spans:
+            return None
+        keys = [self._send_key(collective, run) for _ in spans]
+
+        def send(i: int) -> None:
+            offset, length = spans[i]
+            self._send(collective, run, Kind.REDUCE, offset, length, key=keys[i],
+                       then=(lambda: send(i + 1)) if i + 1 < len(spans) else None)
+
+        return keys[0], lambda: send(0)
 
     def _piece(self, run: _BucketRun) -> int | None:
         if not self.policy.sliced:
@@ -281,18 +305,26 @@ class AllreduceGroup(PoolOwner):
         end = run.starts[c + 1] if c + 1 < self.world else run.bucket.numel
         return run.starts[c], end
 
-    def _send(self, collective: _Collective, run: _BucketRun, kind: Kind, offset: int, length: int):
+    def _send_key(self, collective: _Collective, run: _BucketRun) -> tuple:
+        return self.policy.send_key(collective.seq, run.bucket.priority, run.bucket.urgency, next_sequence())
+
+    def _send(self, collective: _Collective, run: _BucketRun, kind: Kind, offset: int, length: int,
+              key: tuple | None = None, then=None):
+        """Queue one piece for the right neighbour (under `key`, else a fresh one); `then()` runs on
+        the flow's sender thread once the piece is in the kernel."""
         bucket = run.bucket
         header = encode_header(kind, job_id=self.config.job_id, iteration=collective.seq,
                                tensor_id=bucket.id, offset=offset, length=length,
                                dtype=run.dtype_code, priority=bucket.priority)
-        key = self.policy.send_key(collective.seq, bucket.priority, bucket.urgency, next_sequence())
+        key = key if key is not None else self._send_key(collective, run)
 
         def sent():
             with self.pool.cond:
                 run.sent += length
                 collective.last_progress = time.monotonic()
                 self._check_done(collective, run)
+            if then is not None:
+                then()
 
         flow = self.pool.flow(self.right, self.policy.flow_of(bucket.priority), wait=True)
         flow.send(key, header, run.slice_of(run.acc_bytes, offset, length), on_sent=sent)
