@@ -7,11 +7,13 @@ once more round the ring (all-gather). Chunks move in slices under the sliced po
 and transfer pipeline: each slice is reduced and forwarded by the receiving thread as soon as it
 lands. A rank cuts the chunks it starts into pieces of TransportConfig.slice_bytes, or larger where
 its link proved fast: about `slice_seconds` at the rate its last bandwidth-bound collective reached
-(`piece_bytes`), at most max_slice_bytes and a quarter of the chunk. A slice's header carries its
-offset and length, and the receiver forwards what it got, so ranks need not cut alike. A
-reduce-scatter slice lands in that flow's own scratch buffer (reused, so it stays in cache) and is
-added in place into the bucket; an all-gather slice lands straight in the bucket. Nothing the size
-of a bucket is allocated per collective.
+(`piece_bytes`), at most max_slice_bytes and a quarter of the chunk. It queues the pieces of its
+own chunk one at a time, each once the one before it is in the kernel, under send keys reserved when
+the collective starts (`_own_chunk`): the send order is that of queuing them all, and the first byte
+leaves at once. A slice's header carries its offset and length, and the receiver forwards what it
+got, so ranks need not cut alike. A reduce-scatter slice lands in that flow's own scratch buffer
+(reused, so it stays in cache) and is added in place into the bucket; an all-gather slice lands
+straight in the bucket. Nothing the size of a bucket is allocated per collective.
 
 Reduction order (deterministic, bit-exact): chunk c is summed along the ring starting at rank c,
     ((x_c + x_{c+1}) + x_{c+2}) + ... + x_{c+world-1}      (indices mod world)
