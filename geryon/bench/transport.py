@@ -349,29 +349,34 @@ def bench_allreduce(args) -> int:
         hosts = [f"h{i + 1}" for i in range(workers)]
         with _cluster(workers, args, default_congestion=True) as cluster:
             congestion = cluster.congestion_control(hosts[0])   # gloo's and geryon's flows alike
+
+            def measure(placements, env=None):
+                """One system's roles: their records, per-iteration times and per-host TCP counters."""
+                records, tcp = tcpstats.counted(cluster, hosts, lambda: run_roles(cluster, placements, env=env))
+                return records, _iteration_seconds(records), tcp
+
             for size in sizes:
-                mine, tcp = tcpstats.counted(cluster, hosts, lambda: run_roles(cluster, ring_placements(
-                    cluster, hosts, workers, "--sizes", size, "--iters", args.repeat, "--policy", args.policy,
-                    *_common(args))))
-                gloo, gloo_tcp = tcpstats.counted(cluster, hosts, lambda: run_roles(cluster, gloo_placements(
-                    cluster, hosts, workers, "--sizes", size, "--iters", args.repeat),
-                    env={"GLOO_SOCKET_IFNAME": "eth0"}))
-                ours, theirs = _median(_iteration_seconds(mine)), _median(_iteration_seconds(gloo))
+                mine, my_times, tcp = measure(ring_placements(cluster, hosts, workers, "--sizes", size, "--iters",
+                                                              args.repeat, "--policy", args.policy, *_common(args)))
+                gloo, gloo_times, gloo_tcp = measure(gloo_placements(cluster, hosts, workers, "--sizes", size,
+                                                                     "--iters", args.repeat),
+                                                     env={"GLOO_SOCKET_IFNAME": "eth0"})
+                ours, theirs = _median(my_times), _median(gloo_times)
                 bound = ring_bound_seconds(size, workers, rate)
                 wire = 2 * (workers - 1) * size * args.repeat     # every rank sends 2(N-1)/N of the data
                 ceiling = {}
                 if args.wire_ring:
-                    streams, wire_tcp = tcpstats.counted(cluster, hosts, lambda: run_roles(
-                        cluster, wire_ring_placements(cluster, hosts, workers, "--sizes", size, "--iters",
-                                                      args.repeat), env={"GLOO_SOCKET_IFNAME": "eth0"}))
-                    plain = _median(_iteration_seconds(streams))
-                    ceiling = {"wire_ring_seconds": plain, "wire_ring_all_seconds": _iteration_seconds(streams),
+                    _, wire_times, wire_tcp = measure(wire_ring_placements(cluster, hosts, workers, "--sizes", size,
+                                                                           "--iters", args.repeat),
+                                                      env={"GLOO_SOCKET_IFNAME": "eth0"})
+                    plain = _median(wire_times)
+                    ceiling = {"wire_ring_seconds": plain, "wire_ring_all_seconds": wire_times,
                                "wire_ring_tcp_counters": wire_tcp, "ratio_vs_wire_ring": ours / plain,
                                "gloo_ratio_vs_wire_ring": theirs / plain, "wire_ring_ratio_vs_line_rate": plain / bound}
                 _print(args, {"bench": "allreduce", "workers": workers, "bw": args.bw, "size_bytes": size,
                               "policy": args.policy, "congestion": congestion, "repeat": args.repeat,
                               "seconds": ours, "gloo_seconds": theirs, "line_rate_seconds": bound,
-                              "all_seconds": _iteration_seconds(mine), "gloo_all_seconds": _iteration_seconds(gloo),
+                              "all_seconds": my_times, "gloo_all_seconds": gloo_times,
                               # per host, over each system's whole run (warm-up and set-up too)
                               "tcp_counters": tcp, "gloo_tcp_counters": gloo_tcp,
                               "ratio_vs_gloo": ours / theirs, "ratio_vs_line_rate": ours / bound,
