@@ -10,6 +10,7 @@ import os
 import sys
 
 from geryon.bench.emulated import ring_placements, run_roles
+from geryon.bench.transport import _iteration_seconds, _median
 from geryon.emulate import EmulatedCluster
 
 ranks, size, iters = int(sys.argv[1]), int(float(sys.argv[2])), int(sys.argv[3])
@@ -19,6 +20,5 @@ with EmulatedCluster("ab" + str(os.getpid())[-4:], hosts=ranks, bw="100mbit", tc
     placements = ring_placements(cluster, hosts, ranks, "--sizes", size, "--iters", iters, "--policy", "geryon",
                                  "--timeout", 120, "--congestion", "reno", *extra)
     records = run_roles(cluster, placements)
-results = [[x for x in rec if x.get("event") == "result"][-1] for rec in records]
-seconds = [max(r["all_seconds"][i] for r in results) for i in range(iters)]
-print(json.dumps({"label": label, "extra": extra, "seconds": seconds, "median": sorted(seconds)[iters // 2]}))
+seconds = _iteration_seconds(records)          # the bench's own: per collective, the slowest rank
+print(json.dumps({"label": label, "extra": extra, "seconds": seconds, "median": _median(seconds)}))

@@ -13,11 +13,13 @@ takes 21.9 ms at 100 Mbit/s; gaps around the short last piece of each ring step 
 import json
 import sys
 
+from geryon.bench.transport_roles import ring_link_bytes
+
 folder, ranks, size, floor_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 gap_ms = float(sys.argv[5]) if len(sys.argv) > 5 else 23.5
 records = json.load(open(f"{folder}/records.json"))
 start_of = [x for x in records[0] if x.get("event") == "result"][0]["all_starts"]
-rate = 2 * (ranks - 1) / ranks * size / floor_s
+rate = ring_link_bytes(int(size), ranks) / floor_s
 traced = {r: [json.loads(line) for line in open(f"{folder}/rank{r}.jsonl")] for r in range(ranks)}
 timed = sorted({e["iteration"] for e in traced[0] if e["nbytes"] > 1000})[-len(start_of):]
 for i, seq in enumerate(timed):
