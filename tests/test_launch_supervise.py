@@ -117,3 +117,37 @@ def test_ctrl_c_stops_everything(rank_script, tmp_path):
         launcher.kill()
         launcher.wait()
     assert_no_processes(word)
+
+
+def test_ctrl_c_between_two_output_pumps_still_stops_the_job(monkeypatch):
+    """A real SIGINT to the launcher's process lands while a rank's second output pump is being
+    started (the first already runs): the job ends as interrupted (130), the rank is stopped, and no
+    pump that never started is joined (that raised RuntimeError and exit 1)."""
+    import io
+    import subprocess
+    import sys
+
+    from geryon.launch import supervise as supervision
+    from geryon.launch.placement import RankSpec
+
+    real_start, starts = supervision.OutputPump.start, []
+
+    def start_then_interrupt(pump):
+        starts.append(pump.name)
+        if len(starts) == 2:                     # the rank's stdout pump, after its stderr pump
+            signal.raise_signal(signal.SIGINT)   # Python turns it into KeyboardInterrupt here
+        real_start(pump)
+
+    monkeypatch.setattr(supervision.OutputPump, "start", start_then_interrupt)
+    processes = []
+
+    def start(spec):
+        process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        processes.append(process)
+        return supervision.PopenRank(spec, process)
+
+    spec = RankSpec(role="worker", index=0, host=0, local_rank=0)
+    result = supervision.supervise([spec], start, grace=1.0, out=io.BytesIO(), err=io.BytesIO())
+    assert result.exit_code == supervision.EXIT_INTERRUPTED, result.message
+    assert len(starts) == 2 and all(p.poll() is not None for p in processes)

@@ -113,10 +113,12 @@ def supervise(specs: list[RankSpec], start: Callable[[RankSpec], RankProcess], g
             rank = start(spec)
             ranks.append(rank)
             prefix = f"[{spec.name}] ".encode()
-            pumps[spec.name] = [OutputPump(stream, prefix, sink, lock)
-                                for stream, sink in ((rank.stderr, err), (rank.stdout, out)) if stream]
-            for pump in pumps[spec.name]:
-                pump.start()
+            pumps[spec.name] = []     # only started pumps are listed: Ctrl-C may land between two starts
+            for stream, sink in ((rank.stderr, err), (rank.stdout, out)):
+                if stream:
+                    pump = OutputPump(stream, prefix, sink, lock)
+                    pump.start()
+                    pumps[spec.name].append(pump)
         result = _watch(ranks, timeout, started)
     except KeyboardInterrupt:
         result = JobResult(EXIT_INTERRUPTED, "interrupted: stopped all ranks")
@@ -127,7 +129,7 @@ def supervise(specs: list[RankSpec], start: Callable[[RankSpec], RankProcess], g
                 pump.join(timeout=2.0)
     if stragglers:
         raise LaunchError(f"could not stop {', '.join(stragglers)} even with SIGKILL")
-    if result.failed_rank in pumps:
+    if pumps.get(result.failed_rank):
         stderr_pump = pumps[result.failed_rank][0]
         result.tail = tuple(stderr_pump.tail or pumps[result.failed_rank][-1].tail)
     result.elapsed_s = time.monotonic() - started
