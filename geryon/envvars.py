@@ -27,6 +27,7 @@ GRACE = "GERYON_GRACE"
 MAX_CLASSES = "GERYON_MAX_CLASSES"   # --priority search over K classes (the launcher sets SEARCH_CLASSES)
 PS_OPTIMIZER = "GERYON_PS_OPTIMIZER"
 PS_PULL = "GERYON_PS_PULL"
+PS_PLACEMENT = "GERYON_PS_PLACEMENT"
 TLS = "GERYON_TLS"                   # --tls: TLS on the data flows, per-job credentials
 
 # -- what the launcher gives every rank (besides torch's RANK, WORLD_SIZE, MASTER_ADDR, ...) -----------
@@ -63,6 +64,7 @@ JOB_VARIABLES = {
     STORE_PREFIX: "key prefix in the TCPStore reserved for geryon's own rendezvous",
     PS_OPTIMIZER: "ps mode: auto, server or worker (who runs the optimizer)",
     PS_PULL: "ps mode: auto, end or ahead (when a worker asks for the next parameters)",
+    PS_PLACEMENT: "ps mode: bytes or count (how slices are dealt over the servers)",
     TLS_FILE: "--tls: a 0600 file with the job's TLS key and certificate (PEM)",
     TLS_CREDENTIALS: "--tls over SSH: the job's TLS key and certificate, base64 PEM (sent on stdin)",
 }

@@ -45,6 +45,16 @@ def test_transport_config_from_the_launchers_variables():
             RankEnv.from_environ({"GERYON_THREAD_RT": bad})
 
 
+def test_ps_placement_from_the_launchers_variable():
+    """Byte-balanced unless the job says count; every rank reads the same variable."""
+    secret = {"GERYON_JOB_SECRET": "s3cret"}
+    assert jobtransport.transport_config(RankEnv.from_environ(secret)).placement == "bytes"
+    count = RankEnv.from_environ({**secret, "GERYON_PS_PLACEMENT": "count"})
+    assert jobtransport.transport_config(count).placement == "count"
+    with pytest.raises(ConfigError, match="GERYON_PS_PLACEMENT='even'"):
+        RankEnv.from_environ({"GERYON_PS_PLACEMENT": "even"})
+
+
 def test_reserved_port_can_still_be_listened_on():
     reservation = jobtransport.reserve_port("127.0.0.1")
     port = reservation.getsockname()[1]

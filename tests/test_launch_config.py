@@ -56,6 +56,18 @@ def test_ps_pull_flag_and_twin():
     assert parse("--local", "--mode", "ps", SCRIPT, GERYON_PS_PULL="end").ps_pull == "end"
 
 
+def test_ps_placement_flag_twin_and_rank_environment():
+    from geryon.launch.environment import job_environment
+    from geryon.launch.placement import place_on_one_host
+    assert parse("--local", "--mode", "ps", SCRIPT).ps_placement == "bytes"
+    assert parse("--local", "--mode", "ps", "--ps-placement", "count", SCRIPT).ps_placement == "count"
+    config = parse("--local", "--mode", "ps", SCRIPT, GERYON_PS_PLACEMENT="count")
+    assert config.ps_placement == "count"
+    every_rank = {job_environment(config, spec, "127.0.0.1", 1, 1)["GERYON_PS_PLACEMENT"]
+                  for spec in place_on_one_host(config)}
+    assert every_rank == {"count"}   # workers and servers alike: the plan digest needs them to agree
+
+
 def test_flag_wins_over_twin():
     assert parse("--local", "--workers", "5", SCRIPT, GERYON_WORKERS="3").workers == 5
 
@@ -87,6 +99,8 @@ def test_emulate_flags():
     (["--local", "--mode", "ps", "--ps-optimizer", "gpu", SCRIPT], {}, "unknown --ps-optimizer"),
     (["--local", "--ps-pull", "ahead", SCRIPT], {}, "--mode ps only"),
     (["--local", "--mode", "ps", "--ps-pull", "early", SCRIPT], {}, "unknown --ps-pull"),
+    (["--local", "--ps-placement", "count", SCRIPT], {}, "--mode ps only"),
+    (["--local", "--mode", "ps", "--ps-placement", "even", SCRIPT], {}, "unknown --ps-placement"),
 ])
 def test_bad_input_is_a_clear_error(argv, env, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):

@@ -115,6 +115,22 @@ def test_mismatched_shard_plan_is_refused():
         server.close()
 
 
+def test_servers_and_workers_placing_slices_differently_are_refused():
+    """Round-robin and byte-balanced plans differ on alternating big and small tensors: a worker with
+    the other placement is refused by the plan digest, before any gradient moves."""
+    params = [torch.zeros(256), torch.zeros(2), torch.zeros(256), torch.zeros(2)]   # one slice each
+    servers = [ParameterServer(s, 2, 1, params, TransportConfig(secret="t", timeout=10, slice_bytes=1024,
+                                                                 placement="bytes"), ("127.0.0.1", 0))
+               for s in range(2)]
+    try:
+        count = TransportConfig(secret="t", timeout=10, slice_bytes=1024, placement="count")
+        with pytest.raises(ProtocolError, match="another parameter shard plan"):
+            PSWorker(0, 1, [("127.0.0.1", s.port) for s in servers], params, count)
+    finally:
+        for server in servers:
+            server.close()
+
+
 @pytest.mark.parametrize("cls,settings", [
     ("SGD", dict(lr=0.1)), ("SGD", dict(lr=0.05, momentum=0.9, weight_decay=0.01)),
     ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=1e-3)),

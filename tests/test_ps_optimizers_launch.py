@@ -175,3 +175,16 @@ def test_resume_from_a_checkpoint_of_one_process(tmp_path, single, flags):
     params, _ = _launch(tmp_path, "adam_amsgrad", *PS, *flags,
                         script_args=("--resume", "--checkpoint", checkpoint))
     _assert_same(params, single("adam_amsgrad"))
+
+
+@pytest.mark.parametrize("flags", [[], ["--ps-optimizer", "worker"]], ids=["servers", "workers"])
+def test_placement_moves_slices_not_results(tmp_path, flags):
+    """--ps-placement count (round-robin) and bytes (the default) put the slices on different servers
+    and train bit-equally; worker 0 says how the bytes were spread."""
+    (tmp_path / "count").mkdir()
+    balanced, out = _launch(tmp_path, "bn", *PS, *flags)
+    dealt, out_count = _launch(tmp_path / "count", "bn", *PS, *flags, "--ps-placement", "count")
+    assert "servers by bytes" in out and "servers by count" in out_count
+    assert balanced.keys() == dealt.keys()
+    for key in dealt:
+        assert torch.equal(balanced[key], dealt[key]), key

@@ -10,7 +10,7 @@ Usage
                             [--hostfile FILE [--known-hosts FILE]]
                             [--timeline FILE] [--timeout S] [--grace S]
                             [--ps-optimizer auto|server|worker]
-                            [--ps-pull auto|end|ahead] [--tls]
+                            [--ps-pull auto|end|ahead] [--ps-placement bytes|count] [--tls]
                             SCRIPT [ARGS...]
 
 It feels like torchrun: the script is started once per worker, and sees the usual variables
@@ -57,7 +57,7 @@ Environment
 Every flag has a twin, read when the flag is absent: GERYON_MODE, GERYON_WORKERS, GERYON_SERVERS,
 GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_EMULATE, GERYON_BW, GERYON_TOPOLOGY,
 GERYON_LOCAL, GERYON_HOSTFILE, GERYON_KNOWN_HOSTS, GERYON_TIMELINE, GERYON_TIMEOUT, GERYON_GRACE,
-GERYON_PS_OPTIMIZER, GERYON_PS_PULL, GERYON_TLS.
+GERYON_PS_OPTIMIZER, GERYON_PS_PULL, GERYON_PS_PLACEMENT, GERYON_TLS.
 
 Ranks see RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (a TCPStore
 the launcher hosts; TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun), and GERYON_ROLE,
@@ -129,6 +129,10 @@ PS training follows one process on the concatenated batch, whatever the optimize
   gradient of backward, so each comes back as soon as its update is made (bit-equal results;
   refused with global-norm clipping or settings changed between backward and step()). Default
   auto: ahead when the workers step, end when the servers do.
+  --ps-placement bytes|count (GERYON_PS_PLACEMENT): every tensor is cut into slices, and each
+  slice goes to the server holding the fewest bytes so far (bytes, the default) or round-robin
+  (count, P3's way, which gives one server all the weights and another all the biases when
+  they alternate). Every rank and server must agree; the plan digest checks it.
   Clipping: geryon.clip_grad_norm_(optimizer, max_norm) (or optimizer.clip_grad_norm_(max_norm)
   when the servers step) clips by the norm of the averaged gradient over all parameters, as one
   process: the servers compute it from their averaged slices (partial sums shared through the

@@ -32,10 +32,11 @@ ENV_TWINS = {
     "priority": ev.PRIORITY, "classes": ev.CLASSES, "emulate": ev.EMULATE, "bw": ev.BW,
     "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
     "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
-    "ps_pull": ev.PS_PULL, "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
+    "ps_pull": ev.PS_PULL, "ps_placement": ev.PS_PLACEMENT, "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
 }
 PS_OPTIMIZER_MODES = ("auto", "server", "worker")
 PS_PULL_MODES = ("auto", "end", "ahead")
+PS_PLACEMENTS = ("bytes", "count")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -63,6 +64,7 @@ class LaunchConfig:
     grace: float = DEFAULT_GRACE_S               # seconds between SIGTERM and SIGKILL when stopping ranks
     ps_optimizer: str = "auto"                   # ps mode: who runs the optimizer (auto | server | worker)
     ps_pull: str = "auto"                        # ps mode: when workers ask for the next parameters
+    ps_placement: str = "bytes"                  # ps mode: slices over servers, byte-balanced or round-robin
     job_id: str = field(default_factory=lambda: "j" + secrets.token_hex(3)[:5])  # also the cluster name
     secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     tls: bool = False                            # TLS on the data flows (geryon.transport.tls)
@@ -130,6 +132,10 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                              "iteration's first push, so each comes back as soon as its update is made "
                              "(ahead); default auto: ahead when the workers step, end when the servers "
                              f"do ({ev.PS_PULL}; docs/ps-optimizers.md)")
+    parser.add_argument("--ps-placement", default=twin("ps_placement"), metavar="bytes|count",
+                        help="ps mode: deal the slices over the servers by bytes (each to the server "
+                             "holding the fewest so far; the default) or round-robin by count (P3's "
+                             f"way) ({ev.PS_PLACEMENT})")
     parser.add_argument("--tls", action="store_true", default=None,
                         help="encrypt the data flows with TLS; the launcher makes a key and certificate "
                              f"for the job and every rank verifies its peers' against it ({ev.TLS})")
@@ -189,6 +195,10 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     if ps_pull and mode != "ps":
         raise ConfigError(f"--ps-pull {ps_pull} applies to --mode ps only")
     ps_pull = _choice(ps_pull or "auto", PS_PULL_MODES, "--ps-pull")
+    ps_placement = getattr(args, "ps_placement", None)
+    if ps_placement and mode != "ps":
+        raise ConfigError(f"--ps-placement {ps_placement} applies to --mode ps only")
+    ps_placement = _choice(ps_placement or "bytes", PS_PLACEMENTS, "--ps-placement")
     workers = _count(args.workers, "--workers", minimum=1)
     if workers is None:
         workers = sum(h.slots for h in hosts) if hosts else DEFAULT_WORKERS
@@ -223,6 +233,7 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         backend=backend, bw=bw,
         topology=topology, hosts=hosts, known_hosts=known_hosts, timeline=timeline, timeout=timeout,
         grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer, ps_pull=ps_pull,
+        ps_placement=ps_placement,
         tls=bool(getattr(args, "tls", False)))
 
 

@@ -52,6 +52,7 @@ def job_environment(config: LaunchConfig, spec: RankSpec, master_addr: str, mast
         ev.STORE_PREFIX: ev.DEFAULT_STORE_PREFIX,
         ev.PS_OPTIMIZER: config.ps_optimizer,
         ev.PS_PULL: config.ps_pull,
+        ev.PS_PLACEMENT: config.ps_placement,
         "WORLD_SIZE": str(config.workers),
     }
     if config.max_classes:

@@ -17,6 +17,7 @@ SLURM_DEFAULT_PORT_BASE = 20000
 MODES = ("allreduce", "ps")
 PS_OPTIMIZER_MODES = ("auto", "server", "worker")
 PS_PULL_MODES = ("auto", "end", "ahead")
+PS_PLACEMENTS = ("bytes", "count")   # transport.config.PLACEMENTS
 
 _current: "RankEnv | None" = None
 
@@ -52,6 +53,7 @@ class RankEnv:
     store_prefix: str = ev.DEFAULT_STORE_PREFIX
     ps_optimizer: str = "auto"              # ps mode: who runs the optimizer (auto | server | worker)
     ps_pull: str = "auto"                   # ps mode: when the next parameters are asked for (auto | end | ahead)
+    ps_placement: str = "bytes"             # ps mode: slices over servers (bytes | count)
     # inherited from the launcher's environment
     transport_timeout: float = ev.DEFAULT_TRANSPORT_TIMEOUT_S
     thread_rt_priority: int = 0             # TransportConfig.thread_rt_priority (0: normal scheduling)
@@ -102,6 +104,7 @@ class RankEnv:
             "store_prefix": env.get(ev.STORE_PREFIX) or ev.DEFAULT_STORE_PREFIX,
             "ps_optimizer": env.get(ev.PS_OPTIMIZER) or "auto",
             "ps_pull": env.get(ev.PS_PULL) or "auto",
+            "ps_placement": env.get(ev.PS_PLACEMENT) or "bytes",
             "transport_timeout": _transport_timeout(env.get(ev.TRANSPORT_TIMEOUT) or ""),
             "thread_rt_priority": _int(env, ev.THREAD_RT, 0),
             "search": tuple((name, env[name].strip()) for name in ev.SEARCH_VARIABLES
@@ -117,6 +120,8 @@ class RankEnv:
                               f"{', '.join(PS_OPTIMIZER_MODES)}")
         if job["ps_pull"] not in PS_PULL_MODES:
             raise ConfigError(f"{ev.PS_PULL}={job['ps_pull']!r}: use {', '.join(PS_PULL_MODES)}")
+        if job["ps_placement"] not in PS_PLACEMENTS:
+            raise ConfigError(f"{ev.PS_PLACEMENT}={job['ps_placement']!r}: use {', '.join(PS_PLACEMENTS)}")
         if "RANK" in env and "WORLD_SIZE" in env:
             world = _int(env, "WORLD_SIZE")
             return cls(rank=_int(env, "RANK"), world_size=world, local_rank=_int(env, "LOCAL_RANK", 0),

@@ -210,6 +210,8 @@ class ParameterServerSync(SetUpOnFirstForward):
             log.info("geryon: %s classes by %s: %s bytes per class", assignment.method, how,
                      assignment.bytes_per_class())
         self.worker = self._join_servers(priorities, switch=0)
+        if job.is_main:
+            log_placement(self.worker, self.config.placement)
         self.worker.pull(0)  # everyone starts from the servers' (worker 0's) values
         self.checkpoints = Checkpoints(self.optimizer, self.params, store, self.prefix, job.rank)
 
@@ -446,3 +448,11 @@ class ParameterServerSync(SetUpOnFirstForward):
 def _replaced(optimizer, args, kwargs):
     raise ConfigError("this optimizer was replaced by geryon.distribute(): in --mode ps call step() on "
                       "the optimizer it returned (model, optimizer = geryon.distribute(model, optimizer))")
+
+
+def log_placement(worker, placement: str) -> None:
+    """Worker 0's line on how the slices are spread (--ps-placement), printed like the optimizer's."""
+    load = worker.bytes_per_server
+    print(f"geryon: --mode ps: {len(worker.plan)} slices over {len(load)} servers by {placement}: "
+          f"{load} bytes per server (the busiest {max(load) * len(load) / max(1, sum(load)):.2f}x the mean)",
+          flush=True)

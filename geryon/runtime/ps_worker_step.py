@@ -26,7 +26,8 @@ from geryon.errors import ConfigError
 from geryon.runtime import jobtransport
 from geryon.runtime.priorities import decide_priorities
 from geryon.runtime.ps_buffers import BufferBroadcast
-from geryon.runtime.ps_sync import SPEC_KEY, SetUpOnFirstForward, decode_spec, encode_spec, server_key
+from geryon.runtime.ps_sync import (SPEC_KEY, SetUpOnFirstForward, decode_spec, encode_spec, log_placement,
+                                    server_key)
 from geryon.runtime.store_blobs import get_blob, put_blob
 
 
@@ -93,6 +94,8 @@ class WorkerStepSync(SetUpOnFirstForward):
         self.pushes = [torch.zeros_like(p) for p in self.params] + [torch.zeros(len(self.params))]
         self.present = self.pushes[-1]
         self.worker = PSWorker(job.rank, job.world_size, servers, self.averages, config, priorities)
+        if job.is_main:
+            log_placement(self.worker, config.placement)
 
     def _gradient_ready(self, tensor: int):
         def push(param):

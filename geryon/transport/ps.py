@@ -48,7 +48,7 @@ from geryon.transport.buckets import normalize_priorities
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
 from geryon.transport.ps_optim import STEP_HEADER, OptimizerSpec, apply_hyper, group_offsets, shard_state
-from geryon.transport.shards import Shard, param_specs, plan_shards, shard_digest
+from geryon.transport.shards import Shard, bytes_per_server, param_specs, plan_shards, shard_digest
 from geryon.transport.wire import (Kind, byte_view, dtype_code, encode_control, encode_header,
                                    slice_view)
 
@@ -566,6 +566,7 @@ class PSWorker(PoolOwner):
         self.plan = plan_shards(self.specs, len(servers), self.policy, config.slice_bytes,
                                 config.placement)
         self.digest = shard_digest(self.specs, self.plan, len(servers), workers)
+        self.bytes_per_server = bytes_per_server(self.specs, self.plan, len(servers))
         self.by_key = {s.key: s for s in self.plan}
         self.shards_of = [[] for _ in self.params]
         for shard in self.plan:

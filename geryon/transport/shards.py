@@ -75,6 +75,14 @@ def plan_shards(specs: list[ParamSpec], servers: int, policy: Policy, slice_byte
     return shards
 
 
+def bytes_per_server(specs: list[ParamSpec], shards: list[Shard], servers: int) -> list[int]:
+    """How many parameter bytes each server holds under a plan (what `placement` balances)."""
+    load = [0] * servers
+    for shard in shards:
+        load[shard.server] += shard.length * specs[shard.tensor_id].dtype.itemsize
+    return load
+
+
 def shard_digest(specs: list[ParamSpec], shards: list[Shard], servers: int, workers: int) -> bytes:
     digest = hashlib.sha256(struct.pack("!II", servers, workers))
     for spec in specs:
