@@ -54,6 +54,32 @@ def test_two_workers_one_tensor_known_time(exact):
     assert result.iteration_s() == pytest.approx(0.030 + 2 * 0.001, rel=1e-6)
 
 
+@pytest.mark.parametrize("mtu, frame_bytes, payload", [(1500, 38, 1448 / 1538), (1500, 14, 1448 / 1514),
+                                                       (9000, 38, 8948 / 9038)])
+def test_parameters_move_at_the_line_rate_less_the_packet_headers(mtu, frame_bytes, payload, monkeypatch):
+    # the known-time job above through simulate(): 2 workers, 1 MB pushed then pulled back over one
+    # 8 Gbit/s link, at the payload rate a real Ethernet wire (38 bytes a frame beyond the IP packet),
+    # an emulated port (14: HTB on a veth counts the Ethernet header) or jumbo frames leave
+    prof = profile([("d1", "Dense", 10, 20, 1_000_000)])
+    monkeypatch.setattr(SimSetting, "profile", lambda self: prof)
+    setting = SimSetting(model="toy", bw_bps=8 * GBIT, workers=2, compute_scale=1.0, iterations=4,
+                         slice_params=1 << 28, exact=True, mtu=mtu, frame_bytes=frame_bytes)
+    assert setting.payload_bps == pytest.approx(8 * GBIT * payload)
+    row = simulate(setting, "vanilla")
+    assert row["iteration_s"] == pytest.approx(0.030 + 2 * 0.001 / payload, rel=1e-6)
+
+
+def test_compare_counts_an_emulated_ports_frames():
+    from geryon.sim.compare import setting_for
+    from geryon.sim.scenario import EMULATED_FRAME_BYTES, ETHERNET_FRAME_BYTES
+    emulated = setting_for({"model": "vgg19", "link_rate_bits": 1e8, "size_scale": 0.01}, SimSetting())
+    assert emulated.frame_bytes == EMULATED_FRAME_BYTES and emulated.bw_bps == pytest.approx(1e10)
+    real = setting_for({"model": "vgg19", "bw_bits": 1e10}, SimSetting())
+    assert real.frame_bytes == ETHERNET_FRAME_BYTES
+    with pytest.raises(ConfigError, match="--mtu"):
+        SimSetting(mtu=100)
+
+
 def test_aggregate_matches_exact_on_a_symmetric_job():
     prof = profile([("c1", "Conv2D", 3, 6, 400_000), ("c2", "Conv2D", 2, 4, 800_000),
                     ("d1", "Dense", 1, 2, 4_000_000)])
@@ -157,7 +183,7 @@ def test_sim_cli_slice_table(capsys):
 def test_analytic_estimate_and_potential_speedup():
     from geryon.sim.scenario import analytic_s, effective_bandwidth, potential_speedup
     setting = SimSetting(model="vgg19", compute_scale=9.5, workers=8)
-    assert effective_bandwidth(setting) == pytest.approx(10e9 * 8 / 14)
+    assert effective_bandwidth(setting) == pytest.approx(10e9 * 1448 / 1538 * 8 / 14)
     compute = setting.profile().forward_ns * 9.5e-9 + setting.profile().backward_ns * 9.5e-9
     assert analytic_s(setting, "geryon") >= compute * 0.999
     assert analytic_s(setting, "vanilla") >= analytic_s(setting, "geryon")

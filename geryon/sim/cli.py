@@ -4,7 +4,7 @@
                [--workers N] [--layout colocated|separate] [--topology star|leafspine
                --oversubscription R] [--classes K] [--policy P,...] [--iterations N]
                [--slice-params N] [--compute-scale S] [--exact] [--emulated-tcp SIZE_SCALE]
-               [--latency-ms MS] [--json] [--out DIR]
+               [--latency-ms MS] [--mtu BYTES] [--json] [--out DIR]
     geryon sim --compare BENCH_PAPER.json      simulated vs measured iteration times
     geryon sim --curve                         the slides' potential speedup vs bandwidth (VGG-19)
 
@@ -49,9 +49,12 @@ def add_commands(commands, bench) -> None:
     parser.add_argument("--exact", action="store_true", help="per-connection model (<= 64 workers)")
     parser.add_argument("--emulated-tcp", type=float, metavar="SIZE_SCALE",
                         help="add the emulation's TCP effects (bbr port queues measured by "
-                             "geryon.sim.queueprobe, 16 KiB NOTSENT_LOWAT plus the bytes in flight it measured) at "
-                             "this byte scale, e.g. 0.01")
+                             "geryon.sim.queueprobe, 16 KiB NOTSENT_LOWAT plus the bytes in flight it measured, "
+                             "an emulated port's framing) at this byte scale, e.g. 0.01")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="per-frame delivery latency")
+    parser.add_argument("--mtu", type=int, default=1500,
+                        help="IP packet size on the links (default 1500; 9000 for jumbo frames): "
+                             "parameters move at the line rate less every packet's headers")
     parser.add_argument("--pull", choices=("end", "ahead"), default="end",
                         help="when a worker asks for the next parameters: after its last push (end, "
                              "default, as bench paper) or with its first (ahead); --compare "
@@ -80,7 +83,7 @@ def _setting(args, scale: float) -> SimSetting:
                          oversubscription=args.oversubscription, hosts_per_leaf=args.hosts_per_leaf,
                          classes=args.classes, thresholds=thresholds, slice_params=args.slice_params,
                          placement=args.placement, compute_scale=scale, iterations=args.iterations,
-                         exact=args.exact, pull_ahead=args.pull == "ahead")
+                         exact=args.exact, pull_ahead=args.pull == "ahead", mtu=args.mtu)
     if args.emulated_tcp is None:
         return setting
     from geryon.sim.compare import emulated_tcp   # the same TCP effects as --compare's, for bbr
@@ -178,7 +181,8 @@ def _slice_table(base: SimSetting) -> list[dict]:
 def _curve(base: SimSetting):
     profile = replace(base, model="vgg19").profile()
     return (list(CURVE_GBIT),
-            [potential_speedup(profile, g * 1e9, base.compute_scale) for g in CURVE_GBIT])
+            [potential_speedup(profile, replace(base, bw_bps=g * 1e9).payload_bps, base.compute_scale)
+             for g in CURVE_GBIT])
 
 
 def _compare(args, base: SimSetting) -> int:

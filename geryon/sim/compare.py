@@ -4,9 +4,11 @@ A measured row gives model, link, policy, workers, layout and iteration_s, and t
 scale: `time_scale` (paper compute = profile x time_scale; `compute_scale` is read too),
 `bw_bits` (the paper-scale link rate), else `link_rate_bits` (the emulated port) with `size_scale`
 and `wall_scale` (emulated seconds per paper second: link = link_rate_bits x wall_scale /
-size_scale, iteration = iteration_s / wall_scale). `slice_params`, `placement`, `within_class`
-(default "fifo", what bench paper's roles do) and `servers` are used when present, in the row or in
-the file's `settings` object (bench paper's paper.json). Policy variants `+urgency`, `+fifo` and
+size_scale, iteration = iteration_s / wall_scale; its payload rate that of an emulated port, whose
+HTB counts the Ethernet header but no preamble, FCS or gap: scenario.EMULATED_FRAME_BYTES).
+`slice_params`, `placement`, `within_class` (default "fifo", what bench paper's roles do) and
+`servers` are used when present, in the row or in the file's `settings` object (bench paper's
+paper.json). Policy variants `+urgency`, `+fifo` and
 `+bytes` are replayed; rows without iteration_s, or with a policy the simulator does not know (the
 `control-nolimit` row, `+threshold`), are skipped and counted.
 
@@ -45,7 +47,7 @@ from geryon.errors import ConfigError
 from geryon.sim.paper import LINKS
 from geryon.sim.job import EXACT_LIMIT
 from geryon.sim.queues import emulated_inflight, emulated_queues
-from geryon.sim.scenario import SimSetting, simulate
+from geryon.sim.scenario import EMULATED_FRAME_BYTES, SimSetting, simulate
 from geryon.sim.workload import WITHIN_CLASS
 from geryon.transport.policy import POLICIES
 
@@ -86,10 +88,12 @@ def setting_for(row: dict, base: SimSetting) -> SimSetting:
     size_scale = float(row.get("size_scale") or 1.0)
     wall_scale = float(row.get("wall_scale") or 1.0)
     time_scale = float(row.get("time_scale") or row.get("compute_scale") or base.compute_scale)
+    frame_bytes = base.frame_bytes
     if row.get("bw_bits"):
         bits = float(row["bw_bits"])
     elif row.get("link_rate_bits"):
         bits = float(row["link_rate_bits"]) * wall_scale / size_scale
+        frame_bytes = EMULATED_FRAME_BYTES   # an emulated port's HTB counts the Ethernet header only
     else:
         bits = LINKS.get(str(row.get("link", "")).lower(), base.bw_bps)
     placement = row.get("placement") if row.get("placement") in ("count", "bytes") else base.placement
@@ -99,7 +103,7 @@ def setting_for(row: dict, base: SimSetting) -> SimSetting:
                    servers=int(row["servers"]) if row.get("servers") else None,
                    layout=str(row.get("layout", base.layout)), compute_scale=time_scale,
                    slice_params=int(row.get("slice_params") or base.slice_params),
-                   placement=placement, within_class=within,
+                   placement=placement, within_class=within, frame_bytes=frame_bytes,
                    pull_ahead=row.get("pull", "end") == "ahead")
 
 
@@ -145,7 +149,8 @@ def emulated_tcp(setting: SimSetting, port_bps: float, size_scale: float, conges
     table = emulated_queues(congestion, port_bps)
     inflight = emulated_inflight(congestion, port_bps, port_connections(setting))
     fields = {"backlog_bytes": (notsent_lowat + (inflight or 0.0)) / size_scale,
-              "queues": table.scaled(1.0 / size_scale) if table is not None else None}
+              "queues": table.scaled(1.0 / size_scale) if table is not None else None,
+              "frame_bytes": EMULATED_FRAME_BYTES}
     notes = [] if table is not None else [f"no measured queues for {congestion}"]
     if inflight is None:
         notes.append(f"no measured bytes in flight for {congestion}")

@@ -8,6 +8,12 @@
 - `calibrate(...)`: the ONE compute-time scale that makes the calibration cell (VGG-19, vanilla,
   10GbE, 8 colocated workers) reach the paper's 26.9% scaling efficiency.
 Compute times are the profile's (batch 32 on the profiling GPU) times `compute_scale`.
+
+A link's rate counts whole frames, so parameters move at its payload rate (`SimSetting.payload_bps`):
+with a 1500-byte MTU a TCP segment carries 1448 bytes (IPv4 20, TCP 20, timestamps 12) in a frame of
+1538 bytes on a real Ethernet wire (header 14, FCS 4, preamble 8, gap 12): 94.1% of 10 Gbit/s. An
+emulated port (HTB on a veth) counts the 14-byte header only: 1448 / 1514 = 95.6%
+(`EMULATED_FRAME_BYTES`; `--compare` uses it).
 """
 
 from __future__ import annotations
@@ -27,6 +33,15 @@ from geryon.sim.workload import build_workload
 MODELS = ("vgg19", "resnet50", "alexnet", "inceptionv3")
 MAX_WORKERS = 1024
 DEFAULT_SLICE_PARAMS = 1024 * 1024   # the paper's 1024K parameters per slice (4 MiB of float32)
+PACKET_HEADER_BYTES = 52     # IPv4 20 + TCP 20 + TCP timestamps 12, inside the MTU
+ETHERNET_FRAME_BYTES = 38    # beyond the IP packet on a real wire: header 14, FCS 4, preamble 8, gap 12
+EMULATED_FRAME_BYTES = 14    # beyond the IP packet as HTB counts it on a veth: the Ethernet header
+MTU_RANGE = (576, 9216)
+
+
+def payload_rate(line_bps: float, mtu: int = 1500, frame_bytes: int = ETHERNET_FRAME_BYTES) -> float:
+    """TCP payload bits per second on a link of `line_bps` that counts `frame_bytes` beyond each IP packet."""
+    return line_bps * (mtu - PACKET_HEADER_BYTES) / (mtu + frame_bytes)
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,8 @@ class SimSetting:
     within_class: str = "urgency"  # endhost/geryon send order inside a class: urgency or fifo
     queues: QueueTable | None = None   # TCP's standing queues at the ports (queues.py), paper bytes
     pull_ahead: bool = False       # the next pull asked with the first push (bench paper --pull ahead)
+    mtu: int = 1500                # IP packet size on the links (9000: jumbo frames)
+    frame_bytes: int = ETHERNET_FRAME_BYTES   # what the link rate counts per packet beyond the IP packet
 
     def __post_init__(self):
         if not 1 <= self.workers <= MAX_WORKERS:
@@ -68,6 +85,13 @@ class SimSetting:
                               "model (the default) beyond")
         if self.iterations < 1 or self.compute_scale <= 0 or self.slice_params < 1:
             raise ConfigError("need --iterations >= 1, --compute-scale > 0 and --slice-params >= 1")
+        if not MTU_RANGE[0] <= self.mtu <= MTU_RANGE[1] or self.frame_bytes < 0:
+            raise ConfigError(f"--mtu must be {MTU_RANGE[0]}-{MTU_RANGE[1]} bytes, got {self.mtu}")
+
+    @property
+    def payload_bps(self) -> float:
+        """The rate at which parameter bytes cross a link: the line rate less every packet's headers."""
+        return payload_rate(self.bw_bps, self.mtu, self.frame_bytes)
 
     @property
     def server_count(self) -> int:
@@ -92,7 +116,7 @@ def _compute(profile: LayerProfile, scale: float):
 def simulate(setting: SimSetting, policy: str, profile: LayerProfile | None = None) -> dict:
     """Simulate one policy in one setting; the row's fields are those of `bench paper`."""
     profile = profile or setting.profile()
-    fabric = build_fabric(setting.workers, setting.server_count, setting.layout, setting.bw_bps,
+    fabric = build_fabric(setting.workers, setting.server_count, setting.layout, setting.payload_bps,
                           setting.topology, setting.oversubscription, setting.hosts_per_leaf)
     workload = build_workload(profile, policy, setting.server_count, setting.slice_params * 4,
                               classes=setting.classes, thresholds=setting.thresholds or None,
@@ -125,11 +149,11 @@ def _mean(values) -> float:
 
 
 def effective_bandwidth(setting: SimSetting) -> float:
-    """Per-worker bandwidth per direction the analytic model gets (see module doc)."""
+    """Per-worker payload bandwidth per direction the analytic model gets (see module doc)."""
     n = setting.workers
     if setting.layout == "colocated":
-        return setting.bw_bps * (n / (2 * (n - 1)) if n > 1 else math.inf)
-    return setting.bw_bps * min(1.0, setting.server_count / n)
+        return setting.payload_bps * (n / (2 * (n - 1)) if n > 1 else math.inf)
+    return setting.payload_bps * min(1.0, setting.server_count / n)
 
 
 def analytic_s(setting: SimSetting, policy: str, profile: LayerProfile | None = None) -> float:
@@ -177,5 +201,5 @@ def calibrate(setting: SimSetting | None = None, target: float | None = None) ->
     return math.exp((low + high) / 2)
 
 
-__all__ = ["MODELS", "SimSetting", "analytic_s", "calibrate", "effective_bandwidth",
-           "potential_speedup", "simulate", "Tensor"]
+__all__ = ["EMULATED_FRAME_BYTES", "ETHERNET_FRAME_BYTES", "MODELS", "SimSetting", "analytic_s", "calibrate",
+           "effective_bandwidth", "payload_rate", "potential_speedup", "simulate", "Tensor"]

@@ -1,8 +1,8 @@
 """What-if sweeps behind docs/simulator.md: network priority (geryon) over endhost as the cluster,
 the bandwidth and the oversubscription grow, and K = 4 against K = 2 classes.
 
-    python -m geryon.sim.whatif --out docs/sim --compute-scale 9.553
-    python -m geryon.sim.whatif --out docs/sim-pullahead --compute-scale 9.553 --pull ahead \
+    python -m geryon.sim.whatif --out docs/sim --compute-scale 10.146
+    python -m geryon.sim.whatif --out docs/sim-pullahead --compute-scale 10.146 --pull ahead \
         --sweeps workers,bandwidth
 
 Writes whatif.json (every simulated point) and one PNG per sweep. Each point: iteration time of
@@ -61,7 +61,7 @@ def sweeps(scale: float, slice_params: int, iterations: int, pull_ahead: bool = 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--compute-scale", type=float, default=9.553)
+    parser.add_argument("--compute-scale", type=float, default=10.146)
     parser.add_argument("--slice-params", type=int, default=256 * 1024)
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--pull", choices=("end", "ahead"), default="end",
