@@ -74,6 +74,9 @@ def test_compare_counts_an_emulated_ports_frames():
     from geryon.sim.scenario import EMULATED_FRAME_BYTES, ETHERNET_FRAME_BYTES
     emulated = setting_for({"model": "vgg19", "link_rate_bits": 1e8, "size_scale": 0.01}, SimSetting())
     assert emulated.frame_bytes == EMULATED_FRAME_BYTES and emulated.bw_bps == pytest.approx(1e10)
+    # bench paper's rows carry the paper-scale rate beside the emulated port's
+    row = {"model": "vgg19", "bw_bits": 1e10, "link_rate_bits": 1e8, "size_scale": 0.01}
+    assert setting_for(row, SimSetting()).frame_bytes == EMULATED_FRAME_BYTES
     real = setting_for({"model": "vgg19", "bw_bits": 1e10}, SimSetting())
     assert real.frame_bytes == ETHERNET_FRAME_BYTES
     with pytest.raises(ConfigError, match="--mtu"):

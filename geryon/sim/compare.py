@@ -88,12 +88,13 @@ def setting_for(row: dict, base: SimSetting) -> SimSetting:
     size_scale = float(row.get("size_scale") or 1.0)
     wall_scale = float(row.get("wall_scale") or 1.0)
     time_scale = float(row.get("time_scale") or row.get("compute_scale") or base.compute_scale)
-    frame_bytes = base.frame_bytes
+    # a row measured on an emulated port (bench paper's rows carry its rate beside the paper-scale one):
+    # its HTB counts the Ethernet header only
+    frame_bytes = EMULATED_FRAME_BYTES if row.get("link_rate_bits") else base.frame_bytes
     if row.get("bw_bits"):
         bits = float(row["bw_bits"])
     elif row.get("link_rate_bits"):
         bits = float(row["link_rate_bits"]) * wall_scale / size_scale
-        frame_bytes = EMULATED_FRAME_BYTES   # an emulated port's HTB counts the Ethernet header only
     else:
         bits = LINKS.get(str(row.get("link", "")).lower(), base.bw_bps)
     placement = row.get("placement") if row.get("placement") in ("count", "bytes") else base.placement
