@@ -56,16 +56,15 @@ def test_two_workers_one_tensor_known_time(exact):
 
 @pytest.mark.parametrize("mtu, frame_bytes, payload", [(1500, 38, 1448 / 1538), (1500, 14, 1448 / 1514),
                                                        (9000, 38, 8948 / 9038)])
-def test_parameters_move_at_the_line_rate_less_the_packet_headers(mtu, frame_bytes, payload, monkeypatch):
+def test_parameters_move_at_the_line_rate_less_the_packet_headers(mtu, frame_bytes, payload):
     # the known-time job above through simulate(): 2 workers, 1 MB pushed then pulled back over one
     # 8 Gbit/s link, at the payload rate a real Ethernet wire (38 bytes a frame beyond the IP packet),
     # an emulated port (14: HTB on a veth counts the Ethernet header) or jumbo frames leave
     prof = profile([("d1", "Dense", 10, 20, 1_000_000)])
-    monkeypatch.setattr(SimSetting, "profile", lambda self: prof)
     setting = SimSetting(model="toy", bw_bps=8 * GBIT, workers=2, compute_scale=1.0, iterations=4,
                          slice_params=1 << 28, exact=True, mtu=mtu, frame_bytes=frame_bytes)
     assert setting.payload_bps == pytest.approx(8 * GBIT * payload)
-    row = simulate(setting, "vanilla")
+    row = simulate(setting, "vanilla", prof)
     assert row["iteration_s"] == pytest.approx(0.030 + 2 * 0.001 / payload, rel=1e-6)
 
 

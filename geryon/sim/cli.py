@@ -21,7 +21,8 @@ from pathlib import Path
 
 from geryon.errors import ConfigError
 from geryon.sim.paper import LINKS
-from geryon.sim.scenario import MAX_WORKERS, MODELS, SimSetting, calibrate, potential_speedup, simulate
+from geryon.sim.scenario import (EMULATED_FRAME_BYTES, MAX_WORKERS, MODELS, SimSetting, calibrate, payload_rate,
+                                 potential_speedup, simulate)
 from geryon.transport.policy import POLICIES
 
 CURVE_GBIT = (1, 2, 5, 10, 20, 40, 100, 200, 400)
@@ -88,7 +89,7 @@ def _setting(args, scale: float) -> SimSetting:
         return setting
     from geryon.sim.compare import emulated_tcp   # the same TCP effects as --compare's, for bbr
     fields, _ = emulated_tcp(setting, setting.bw_bps * args.emulated_tcp, args.emulated_tcp)
-    return replace(setting, **fields)
+    return replace(setting, frame_bytes=EMULATED_FRAME_BYTES, **fields)   # and an emulated port's framing
 
 
 def _say(args, text: str) -> None:
@@ -181,7 +182,7 @@ def _slice_table(base: SimSetting) -> list[dict]:
 def _curve(base: SimSetting):
     profile = replace(base, model="vgg19").profile()
     return (list(CURVE_GBIT),
-            [potential_speedup(profile, replace(base, bw_bps=g * 1e9).payload_bps, base.compute_scale)
+            [potential_speedup(profile, payload_rate(g * 1e9, base.mtu, base.frame_bytes), base.compute_scale)
              for g in CURVE_GBIT])
 
 

@@ -150,8 +150,7 @@ def emulated_tcp(setting: SimSetting, port_bps: float, size_scale: float, conges
     table = emulated_queues(congestion, port_bps)
     inflight = emulated_inflight(congestion, port_bps, port_connections(setting))
     fields = {"backlog_bytes": (notsent_lowat + (inflight or 0.0)) / size_scale,
-              "queues": table.scaled(1.0 / size_scale) if table is not None else None,
-              "frame_bytes": EMULATED_FRAME_BYTES}
+              "queues": table.scaled(1.0 / size_scale) if table is not None else None}
     notes = [] if table is not None else [f"no measured queues for {congestion}"]
     if inflight is None:
         notes.append(f"no measured bytes in flight for {congestion}")

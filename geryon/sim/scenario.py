@@ -85,8 +85,10 @@ class SimSetting:
                               "model (the default) beyond")
         if self.iterations < 1 or self.compute_scale <= 0 or self.slice_params < 1:
             raise ConfigError("need --iterations >= 1, --compute-scale > 0 and --slice-params >= 1")
-        if not MTU_RANGE[0] <= self.mtu <= MTU_RANGE[1] or self.frame_bytes < 0:
+        if not MTU_RANGE[0] <= self.mtu <= MTU_RANGE[1]:
             raise ConfigError(f"--mtu must be {MTU_RANGE[0]}-{MTU_RANGE[1]} bytes, got {self.mtu}")
+        if self.frame_bytes < 0:
+            raise ConfigError(f"frame_bytes must be >= 0, got {self.frame_bytes}")
 
     @property
     def payload_bps(self) -> float:

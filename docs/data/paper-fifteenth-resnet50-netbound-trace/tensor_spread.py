@@ -2,71 +2,61 @@
 
     python tensor_spread.py TRACE.json [TENSOR]    # a `bench paper --timeline` trace; tensor 0 = conv1
 
-Colocated layout: worker i runs on 10.199.0.(i+1) (trace pid i+1), server j on 10.199.0.(j+1)
-(pid 1001+j). Prints, per iteration, the arrival times (s from the trace's first event) of the
-tensor's pushes at its server by sender host, then of its pulled versions at the workers.
+Read with geryon.analyze.trace. Colocated layout: worker i and server i share a host, so the worker
+with the server's index is skipped in the spreads ("over the others"). Prints, per iteration, when
+the tensor's pushes reached its server (s from the trace's first event) and the spread; per version,
+when each remote worker received it; and per answer, its time in the server's send queue and from
+its socket to the worker.
 """
 
-import collections
-import json
-import re
 import sys
+from collections import defaultdict
 
-SERVER_PID_BASE = 1001
+from geryon.analyze.trace import load_trace
+
+
+def _index(name: str) -> int:
+    return int("".join(ch for ch in name if ch.isdigit()) or 0)
+
+
+def _line(label: str, arrivals: list[tuple[float, int]], local: int) -> str:
+    arrivals = sorted(arrivals)
+    remote = [t for t, peer in arrivals if peer != local] or [arrivals[0][0]]
+    return (f"{label}: " + " ".join(f"{t:.3f}(w{peer})" for t, peer in arrivals)
+            + f"  spread {1e3 * (arrivals[-1][0] - arrivals[0][0]):.0f} ms"
+            + f" ({1e3 * (max(remote) - min(remote)):.0f} ms over the others)")
 
 
 def spread(path: str, tensor: int = 0) -> None:
-    events = json.load(open(path))["traceEvents"]
-    t0 = min(e["ts"] for e in events if "ts" in e) / 1e6
-    pushes, pulls = collections.defaultdict(list), collections.defaultdict(list)
-    server_host = None
-    for e in events:
-        if e.get("ph") != "i" or not e["cat"].startswith("received") or e["args"]["tensor"] != tensor:
+    ranks = load_trace(path)
+    t0 = min(x.end for rank in ranks.values() for x in rank.transfers)
+    for server in (r for r in ranks.values() if not r.is_worker):
+        pushes = defaultdict(list)
+        for x in server.transfers:
+            if x.direction == "recv" and x.tensor == tensor:
+                pushes[x.iteration].append((x.end - t0, x.peer))
+        if not pushes:
             continue
-        t = e["ts"] / 1e6 - t0
-        sender = int(re.search(r"10\.199\.0\.(\d+)", e["args"]["flow"]).group(1))
-        if e["pid"] >= SERVER_PID_BASE:
-            server_host = e["pid"] - SERVER_PID_BASE + 1
-            pushes[e["args"]["iteration"]].append((t, sender))
-        else:
-            server_host = sender
-            pulls[e["args"]["iteration"]].append((t, e["pid"]))
-    for label, table in (("pushes in, by sender host", pushes), ("versions out, by worker host", pulls)):
-        for iteration in sorted(table):
-            times = sorted(table[iteration])
-            remote = [t for t, host in times if host != server_host] or [times[0][0]]
-            print(f"tensor {tensor} {label}, iteration {iteration}: "
-                  + " ".join(f"{t:.3f}(h{h})" for t, h in times)
-                  + f"  spread {1e3 * (times[-1][0] - times[0][0]):.0f} ms"
-                  + f" ({1e3 * (max(remote) - min(remote)):.0f} ms over the other hosts)")
-
-
-def server_side(path: str, tensor: int = 0, server: int = 0) -> None:
-    """Per version and worker host: when the server queued the tensor's answer, wrote it to the
-    socket, and when the worker received it."""
-    events = json.load(open(path))["traceEvents"]
-    t0 = min(e["ts"] for e in events if "ts" in e) / 1e6
-    pid = SERVER_PID_BASE + server
-    track = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
-             if e.get("ph") == "M" and e["name"] == "thread_name"}
-    queued, written, received = {}, {}, {}
-    for e in events:
-        args = e.get("args", {})
-        if args.get("tensor") != tensor:
-            continue
-        if e["pid"] == pid and e.get("ph") in ("b", "X"):
-            host = int(re.search(r"10\.199\.0\.(\d+)", track[(pid, e["tid"])]).group(1))
-            table = queued if e["ph"] == "b" else written
-            table[(args["iteration"], host)] = e["ts"] / 1e6 - t0
-        elif e["pid"] < SERVER_PID_BASE and e.get("ph") == "i":
-            received[(args["iteration"], e["pid"])] = e["ts"] / 1e6 - t0
-    for key in sorted(queued):
-        if key in written and key in received:
-            print(f"version {key[0]} to host {key[1]}: queued {queued[key]:.3f}, "
-                  f"written to its socket +{1e3 * (written[key] - queued[key]):.0f} ms later, "
-                  f"received +{1e3 * (received[key] - written[key]):.0f} ms after")
+        index = _index(server.name)
+        for iteration in sorted(pushes):
+            print(_line(f"tensor {tensor} pushes into {server.name}, iteration {iteration}",
+                        pushes[iteration], index))
+        received = defaultdict(list)
+        for worker in (r for r in ranks.values() if r.is_worker):
+            for x in worker.transfers:
+                if x.direction == "recv" and x.peer_kind == "server" and x.peer == index and x.tensor == tensor:
+                    received[x.iteration].append((x.end - t0, _index(worker.name)))
+        for version in sorted(received):
+            print(_line(f"tensor {tensor} version {version} at the workers", received[version], index))
+        arrival = {(version, peer): t for version, got in received.items() for t, peer in got}
+        for x in sorted((x for x in server.transfers if x.direction == "send" and x.tensor == tensor
+                         and x.queued is not None), key=lambda x: (x.iteration, x.peer)):
+            got = arrival.get((x.iteration, x.peer))
+            if got is not None and x.peer != index:
+                print(f"version {x.iteration} to worker {x.peer}: queued {x.queued - t0:.3f}, "
+                      f"written to its socket +{1e3 * (x.start - x.queued):.0f} ms later, "
+                      f"received +{1e3 * (got - (x.start - t0)):.0f} ms after")
 
 
 if __name__ == "__main__":
     spread(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0)
-    server_side(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0)
