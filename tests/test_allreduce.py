@@ -189,3 +189,33 @@ def test_a_rank_queues_its_own_chunk_piece_by_piece_in_the_order_of_queuing_it_a
         queued = sorted(e.t for e in mine if e.kind == "queued")
         done = sorted(e.t for e in mine if e.kind == "send_done")
         assert all(queued[i + 1] >= done[i] for i in range(15))   # piece i+1 queued after piece i went
+
+
+def test_continuation_headers_save_36_bytes_a_piece_and_ranks_need_not_agree_on_them():
+    """Pieces that continue the one before on their connection go with the 8-byte header; a rank
+    with compact_headers off sends full headers, and its neighbours read both. Bit-exact either way."""
+    from dataclasses import replace
+
+    from geryon.transport.wire import CONTINUATION_SIZE, HEADER_SIZE
+
+    generator = torch.Generator().manual_seed(11)
+    inputs = [[torch.randn(30_000, generator=generator), torch.randn(5, generator=generator)]
+              for _ in range(3)]
+    want = reference_allreduce_tensors(inputs, PRIORITIES[:2], "sum", 1 << 20)
+    config = TransportConfig(secret="t", slice_bytes=1024, max_slice_bytes=1024, bucket_bytes=1 << 20)
+
+    def run(compact_ranks):
+        configs = [replace(config, compact_headers=rank in compact_ranks) for rank in range(3)]
+
+        def body(group):
+            out = group.allreduce([t.clone() for t in inputs[group.rank]], PRIORITIES[:2])
+            return out, sum(flow.bytes_sent for flow in list(group.pool.flows.values()))
+        results = serve_world_of_threads(3, configs, body)
+        for out, _ in results:
+            assert all(torch.equal(got, w) for got, w in zip(out, want))
+        return [sent for _, sent in results]
+
+    full, compact, mixed = run(()), run((0, 1, 2)), run((1, 2))
+    saved = [f - c for f, c in zip(full, compact)]
+    assert all(s > 0 and s % (HEADER_SIZE - CONTINUATION_SIZE) == 0 for s in saved)
+    assert mixed[0] == full[0] and all(m < f for m, f in zip(mixed[1:], full[1:]))

@@ -3,7 +3,8 @@
 Phase 1 (post-authentication): before worker 1 joins, clients that know the secret authenticate under
 its id and send a malformed frame, a stray BYE or a hostile PULL, while worker 0 keeps pulling. Phase 2
 (pre-authentication): both workers train step after step, each step checked against the exact value,
-while fuzzing threads from four source addresses send generated frames on fresh connections. Memory and
+while fuzzing threads from four source addresses send generated frames (continuation headers among
+them) on fresh connections. Memory and
 thread counts are sampled: they must stay bounded. GERYON_FUZZ_FRAMES sets the total (default 6000 for
 CI; `GERYON_FUZZ_FRAMES=100000 python -m pytest tests/test_fuzz_volume.py` is the documented run).
 """
@@ -11,6 +12,7 @@ CI; `GERYON_FUZZ_FRAMES=100000 python -m pytest tests/test_fuzz_volume.py` is th
 import os
 import random
 import socket
+import struct
 import threading
 import time
 
@@ -20,7 +22,8 @@ from geryon.errors import GeryonError, ProtocolError
 from geryon.transport.config import TransportConfig
 from geryon.transport.handshake import dial_handshake
 from geryon.transport.ps import ParameterServer, PSWorker
-from geryon.transport.wire import HEADER, MAGIC, PROTOCOL_VERSION, Kind, decode_header, encode_control
+from geryon.transport.wire import (CONTROL_KINDS, HEADER, MAGIC, PROTOCOL_VERSION, Kind, decode_header,
+                                   encode_control)
 
 SECRET = "volume-secret"
 FRAMES = int(os.environ.get("GERYON_FUZZ_FRAMES", "6000"))
@@ -55,9 +58,17 @@ def _header(rng: random.Random, kind: int) -> bytes:
     return HEADER.pack(*fields.values())
 
 
+def _continuation(rng: random.Random, length: int | None = None) -> bytes:
+    """An 8-byte continuation header (wire.CONTINUATION), its reserved field now and then nonzero."""
+    if length is None:
+        length = rng.choice([rng.randrange(1, 64), rng.randrange(2**32)])
+    return struct.pack("!2sHI", b"G+", rng.choice([0, 0, 0, rng.randrange(65536)]), length)
+
+
 def generated_frame(rng: random.Random) -> bytes:
-    """One hostile frame: random bytes, a truncated or mutated header, or a header with a short payload."""
-    choice = rng.randrange(5)
+    """One hostile frame: random bytes, a truncated or mutated header, a header with a short payload, or
+    a continuation header, alone or after a header and 64 bytes."""
+    choice = rng.randrange(6)
     if choice == 0:
         return rng.randbytes(rng.randrange(1, 120))
     kind = rng.choice([int(k) for k in Kind] + [0, 99, 255])
@@ -66,6 +77,8 @@ def generated_frame(rng: random.Random) -> bytes:
         return frame[:rng.randrange(1, len(frame))]
     if choice == 2:
         return frame + rng.randbytes(rng.randrange(0, 80))
+    if choice == 3:
+        return _continuation(rng) if rng.randrange(2) else frame + rng.randbytes(64) + _continuation(rng)
     return frame
 
 
@@ -189,7 +202,11 @@ def joined_fuzz_frame(rng: random.Random, server) -> bytes | None:
     if header.kind in (Kind.ABORT, Kind.BYE) or header.payload_len > 1 << 16:
         return None
     payload = (frame[HEADER.size:] + rng.randbytes(header.payload_len))[:header.payload_len]
-    return frame[:HEADER.size] + payload + TERMINATOR
+    whole = frame[:HEADER.size] + payload
+    if header.kind not in CONTROL_KINDS and rng.randrange(3) == 0:   # continued, completed too
+        length = rng.randrange(1, 64)
+        whole += _continuation(rng, length) + rng.randbytes(length * header.dtype.itemsize)
+    return whole + TERMINATOR
 
 
 def test_authenticated_fuzzing_after_the_join_leaves_training_exact():

@@ -25,7 +25,7 @@ import pytest
 from launch_support import (EXAMPLE, clean_env, json_records, loss_curve, rank_lines, run_launcher,
                             start_launcher)
 from test_faults_emulated import Flapper
-from test_fuzz_volume import _header, generated_frame
+from test_fuzz_volume import _continuation, _header, generated_frame
 
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -39,7 +39,7 @@ RSS_GROWTH_BOUND = 150 << 20      # bytes a rank may grow over its first sample
 # stdlib only (no torch import: it would take seconds); the generator is test_fuzz_volume's own code
 FUZZ_PRELUDE = """
 import random, socket, struct, sys, time
-HEADER, MAGIC, PROTOCOL_VERSION = struct.Struct("!4sBBBBIIIQQQ"), b"GYTR", 1
+HEADER, MAGIC, PROTOCOL_VERSION = struct.Struct("!4sBBBBIIIQQQ"), b"GYTR", 2
 Kind = [1, 2, 3, 4, 5, 6, 7, 8, 9, 20, 21, 30, 31]
 """
 FUZZ_LOOP = """
@@ -58,7 +58,8 @@ while time.monotonic() < end:     # the cluster's teardown may kill it: the coun
 
 
 def fuzz_client() -> str:
-    return FUZZ_PRELUDE + inspect.getsource(_header) + inspect.getsource(generated_frame) + FUZZ_LOOP
+    return (FUZZ_PRELUDE + inspect.getsource(_header) + inspect.getsource(_continuation)
+            + inspect.getsource(generated_frame) + FUZZ_LOOP)
 
 
 def _args():

@@ -18,14 +18,16 @@ def free_ports(count: int) -> list[int]:
 
 
 def serve_world_of_threads(world: int, config, body):
-    """Run `body(group)` on `world` AllreduceGroup ranks as threads over loopback sockets; their results."""
+    """Run `body(group)` on `world` AllreduceGroup ranks as threads over loopback sockets; their results.
+    `config` is every rank's TransportConfig, or a list of one per rank."""
+    configs = config if isinstance(config, list) else [config] * world
     host, ports = "127.0.0.1", free_ports(world)
     peers = [(host, p) for p in ports]
     results, errors = [None] * world, [None] * world
 
     def run(rank):
         try:
-            with AllreduceGroup(rank, world, peers, config, listen=(host, ports[rank])) as group:
+            with AllreduceGroup(rank, world, peers, configs[rank], listen=(host, ports[rank])) as group:
                 results[rank] = body(group)
         except BaseException as exc:  # noqa: BLE001 -- re-raised in the caller's thread
             errors[rank] = exc

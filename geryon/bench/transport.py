@@ -95,6 +95,8 @@ def _common(args) -> list[str]:
              "--rto-min-us", args.rto_min_us, "--thread-rt-priority", args.thread_rt_priority]
     if args.congestion:
         extra += ["--congestion", args.congestion]
+    if args.full_headers:
+        extra.append("--full-headers")
     return extra
 
 
@@ -384,6 +386,7 @@ def bench_allreduce(args) -> int:
                               "header_floor_vs_line_rate": header_floor(args.mtu),
                               "slice_bytes": args.slice_bytes,
                               "max_slice_bytes": _max_slice_bytes(args),
+                              "compact_headers": not args.full_headers,
                               "cpu_s_per_gb": _per_gb(_cpu_seconds(mine), wire),
                               "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo), wire), **ceiling})
     return 0
@@ -442,6 +445,9 @@ def _shared(parser) -> None:
     parser.add_argument("--thread-rt-priority", type=int, default=0,
                         help="SCHED_RR priority of geryon's flow threads (TransportConfig.thread_rt_priority; "
                         "0: normal scheduling, the default)")
+    parser.add_argument("--full-headers", action="store_true",
+                        help="geryon's frames all with the 44-byte header, none with the 8-byte continuation "
+                        "(TransportConfig.compact_headers off; for A/B runs)")
 
 
 def add_benches(bench) -> None:

@@ -72,6 +72,7 @@ def _config(args) -> TransportConfig:
                            tcp_congestion=args.congestion,
                            notsent_lowat=args.notsent_lowat or None, rto_min_us=args.rto_min_us or None,
                            thread_rt_priority=args.thread_rt_priority,
+                           compact_headers=not args.full_headers,
                            tls=load_credentials(args.tls_file) if args.tls_file else None)
 
 
@@ -343,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="TCP_RTO_MIN_US in microseconds; 0 leaves the kernel's 200 ms")
     parser.add_argument("--thread-rt-priority", type=int, default=0,
                         help="SCHED_RR priority of the flows' threads (TransportConfig.thread_rt_priority; 0: off)")
+    parser.add_argument("--full-headers", action="store_true",
+                        help="every frame with the 44-byte header (TransportConfig.compact_headers off)")
     parser.add_argument("--tls-file", default=None, help="TLS on every flow with these credentials (PEM)")
     parser.add_argument("--trace", default=None, help="append TransferEvents as JSON lines here")
     parser.add_argument("--secret", default=os.environ.get(envvars.JOB_SECRET, "geryon-bench"))

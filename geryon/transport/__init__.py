@@ -1,8 +1,8 @@
 """Transport: per-priority TCP flows marked with DSCP, feeding a parameter server and a ring allreduce.
 
 Modules, one job each:
-  wire       the 44-byte frame header, validated before anything is read or allocated
-  socketio   exact reads into caller buffers, vectored writes
+  wire       the 44-byte frame header (8 bytes for a continuation), validated before anything is read
+  socketio   exact reads into caller buffers, the frame reader, vectored writes
   handshake  mutual HMAC-SHA256 authentication with the per-job secret, version and job-id checks
   tls        optional TLS under every flow: per-job credentials, mutual checks, a full-duplex socket
   config     TransportConfig: every knob in one dataclass

@@ -56,6 +56,10 @@ class TransportConfig:
     # process's other work and of other processes, the urgent class first; 0 = normal scheduling
     thread_rt_priority: int = 0
     max_payload: int = 1 << 30                   # largest data frame accepted, in bytes
+    # a data frame that continues the one sent before it on its connection goes with the 8-byte
+    # continuation header instead of the 44-byte one (transport.wire); False: always the full header.
+    # The receiver accepts both, so ranks need not agree.
+    compact_headers: bool = True
     # PS slices over servers (transport.shards.plan_shards): "bytes" gives each slice to the server
     # holding the fewest bytes so far; "count" deals them round-robin (P3), which loads a server with
     # several times the bytes of another when big and small tensors alternate (conv and BN, weight and

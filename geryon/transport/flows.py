@@ -39,11 +39,11 @@ from typing import Protocol
 from geryon.errors import AuthenticationError, PeerAborted, PeerTimeout, ProtocolError, TransportError
 from geryon.transport.config import TransportConfig
 from geryon.transport.handshake import dial_handshake, listen_handshake
-from geryon.transport.socketio import read_control_payload, read_exact_into, use_kernel_timeouts, write_all
+from geryon.transport.socketio import FrameReader, use_kernel_timeouts, write_all
 from geryon.transport.tls import secure
 from geryon.transport.trace import emit_from_header, emit_received
-from geryon.transport.wire import (CONTROL_KINDS, HEADER_SIZE, MAX_CONTROL_PAYLOAD, Kind,
-                                   decode_header, encode_control)
+from geryon.transport.wire import (CONTROL_KINDS, HEADER_SIZE, MAX_CONTROL_PAYLOAD, HeaderCompressor, Kind,
+                                   encode_control)
 
 log = logging.getLogger(__name__)
 
@@ -201,15 +201,17 @@ class Flow:
 
     def _send_loop(self) -> None:
         tracer = self.pool.config.tracer
+        headers = HeaderCompressor(self.pool.config.compact_headers)
         self._set_class_cpu_priority()
         try:
             while (item := self.queue.get()) is not None:
                 if tracer is not None:
                     emit_from_header(tracer, "send_start", self.peer, self.name, item.header)
-                write_all(self.sock, [item.header, item.payload], self.name)
+                header = headers.wire_header(item.header)
+                write_all(self.sock, [header, item.payload], self.name)
                 if tracer is not None:
                     emit_from_header(tracer, "send_done", self.peer, self.name, item.header)
-                self.bytes_sent += len(item.header) + len(item.payload)
+                self.bytes_sent += len(header) + len(item.payload)
                 if item.on_sent is not None:
                     item.on_sent()
         except Exception as exc:  # noqa: BLE001 -- any failure ends this flow, reported to waiters
@@ -218,34 +220,29 @@ class Flow:
     def _recv_loop(self) -> None:
         self._set_class_cpu_priority()
         config, handler = self.pool.config, self.pool.handler
-        buffer = bytearray(HEADER_SIZE)
-        view = memoryview(buffer)
-        numel = getattr(handler, "tensor_numel", None)
+        frames = FrameReader(self.sock, self.name, job_id=config.job_id, max_payload=config.max_payload,
+                             tensor_numel=getattr(handler, "tensor_numel", None))
         tracer = config.tracer
         try:
             while not self.closing:
-                got = self._wait_header_start(view)
-                if not got:
+                header = frames.next_header(self._wait_header_start)
+                if header is None:
                     return
-                if got < HEADER_SIZE:
-                    read_exact_into(self.sock, view[got:], self.name)
-                header = decode_header(buffer, job_id=config.job_id, max_payload=config.max_payload,
-                                       tensor_numel=numel)
                 if header.kind == Kind.BYE:
                     self.peer_done = True   # it sends no more; we may still send our own BYE
                     self.pool.peer_left(self)
                     return
                 if header.kind == Kind.ABORT:
-                    reason = read_control_payload(self.sock, header, self.name).decode(errors="replace")
+                    reason = frames.read_control(header).decode(errors="replace")
                     raise PeerAborted(f"{self.name} aborted the job: {reason}", reason)
                 if header.kind in CONTROL_KINDS:
-                    handler.control(self, header, read_control_payload(self.sock, header, self.name))
+                    handler.control(self, header, frames.read_control(header))
                     continue
                 destination = handler.destination(self, header)
                 if len(destination) != header.payload_len:
                     raise ProtocolError(f"{header.describe()} does not fit its destination")
-                read_exact_into(self.sock, destination, self.name)
-                self.bytes_received += HEADER_SIZE + header.payload_len
+                frames.read_into(destination)
+                self.bytes_received += frames.header_size + header.payload_len
                 if tracer is not None:
                     emit_received(tracer, self.peer, self.name, header)
                 handler.delivered(self, header)

@@ -1,4 +1,5 @@
-"""Whole-frame reads and writes on a blocking socket: exact reads into caller buffers, vectored writes.
+"""Whole-frame reads and writes on a blocking socket: exact reads into caller buffers, vectored writes,
+and `FrameReader`, a flow's receive side (full and continuation headers, bytes read ahead carried).
 
 A read of a frame's header may wait indefinitely (an idle peer is normal) only when the caller says
 so; once a frame has started, every read must make progress within the socket timeout, otherwise
@@ -19,7 +20,8 @@ import struct
 import time
 
 from geryon.errors import PeerTimeout, ProtocolError, TransportError
-from geryon.transport.wire import HEADER_SIZE, MAX_CONTROL_PAYLOAD, Header, decode_header
+from geryon.transport.wire import (CONTINUATION_SIZE, CONTINUATION_TAG, CONTROL_KINDS, HEADER_SIZE,
+                                   MAX_CONTROL_PAYLOAD, Header, decode_continuation, decode_header)
 
 
 _TIMEVAL = struct.Struct("@ll")
@@ -102,6 +104,75 @@ def read_control_payload(sock: socket.socket, header: Header, peer: str,
     buffer = bytearray(header.payload_len)
     read_exact_into(sock, memoryview(buffer), peer, deadline)
     return bytes(buffer)
+
+
+class FrameReader:
+    """The receive side of one connection: its frames' headers (full or continuation) and payloads.
+
+    A header is read with one recv of up to HEADER_SIZE bytes (as many as have arrived). When the
+    frame is a continuation (8 bytes), the bytes past its header already belong to its payload, or,
+    after a payload shorter than that, to the next frame: they are carried over and handed out first,
+    never lost. The last data frame's Header is kept to rebuild the next continuation from.
+    """
+
+    def __init__(self, sock: socket.socket, peer: str, *, job_id: int, max_payload: int,
+                 tensor_numel=None):
+        self.sock, self.peer = sock, peer
+        self.job_id, self.max_payload, self.tensor_numel = job_id, max_payload, tensor_numel
+        self.buffer = bytearray(HEADER_SIZE)
+        self.view = memoryview(self.buffer)
+        self.have = 0                    # bytes of the stream read ahead, at the buffer's start
+        self.previous: Header | None = None
+        self.header_size = 0             # wire size of the last header read
+
+    def next_header(self, wait_start) -> Header | None:
+        """The next frame's validated header. `wait_start(view)` waits for the frame's first bytes
+        (an idle peer is fine) and returns how many it read into `view`, 0 when the flow closes
+        (then this returns None)."""
+        if not self.have:
+            self.have = wait_start(self.view)
+            if not self.have:
+                return None
+        self._fill(len(CONTINUATION_TAG))
+        size = CONTINUATION_SIZE if self.buffer[:len(CONTINUATION_TAG)] == CONTINUATION_TAG else HEADER_SIZE
+        self._fill(size)
+        if size == HEADER_SIZE:
+            header = decode_header(self.view[:size], job_id=self.job_id, max_payload=self.max_payload,
+                                   tensor_numel=self.tensor_numel)
+        else:
+            header = decode_continuation(self.view[:size], self.previous, max_payload=self.max_payload,
+                                         tensor_numel=self.tensor_numel)
+        self._consume(size)
+        self.header_size = size
+        if header.kind not in CONTROL_KINDS:
+            self.previous = header
+        return header
+
+    def read_into(self, destination: memoryview) -> None:
+        """Fill `destination` with the stream's next bytes: the carried ones, then the socket's."""
+        carried = min(self.have, len(destination))
+        if carried:
+            destination[:carried] = self.view[:carried]
+            self._consume(carried)
+        if carried < len(destination):
+            read_exact_into(self.sock, destination[carried:], self.peer)
+
+    def read_control(self, header: Header) -> bytes:
+        """The short payload of a control frame (validated to be ≤ MAX_CONTROL_PAYLOAD)."""
+        if header.payload_len > MAX_CONTROL_PAYLOAD:
+            raise ProtocolError(f"control frame of {header.payload_len} bytes from {self.peer}")
+        buffer = bytearray(header.payload_len)
+        self.read_into(memoryview(buffer))
+        return bytes(buffer)
+
+    def _fill(self, size: int) -> None:
+        if self.have < size:            # the frame has started: each read must progress in time
+            read_exact_into(self.sock, self.view[self.have:size], self.peer)
+            self.have = size
+
+    def _consume(self, size: int) -> None:
+        self.buffer[:self.have - size] = self.buffer[size:self.have]
+        self.have -= size
 
 
 def write_all(sock: socket.socket, buffers: list, peer: str) -> None:
