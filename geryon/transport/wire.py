@@ -53,8 +53,9 @@ HEADER_SIZE = HEADER.size
 CONTINUATION_TAG = b"G+"
 CONTINUATION = struct.Struct("!2sHI")
 CONTINUATION_SIZE = CONTINUATION.size
-_SAME_STREAM = slice(0, 20)    # magic .. tensor_id: equal in a frame and its continuation
-_OFFSET_LENGTH = struct.Struct("!QQ")   # at byte 20 of a full header
+_KIND_AT, _OFFSET_AT = 5, 20   # where a full header holds its kind, and its offset and length
+_SAME_STREAM = slice(0, _OFFSET_AT)     # magic .. tensor_id: equal in a frame and its continuation
+_OFFSET_LENGTH = struct.Struct("!QQ")
 _MAX_CONTINUATION = 0xFFFFFFFF  # elements a continuation header can state
 MAX_CONTROL_PAYLOAD = 256
 MAX_PRIORITY_CLASSES = 8
@@ -201,10 +202,11 @@ def _check_data(header: Header, max_payload: int, tensor_numel) -> None:
 def continues(previous: bytes | None, header: bytes) -> bool:
     """Whether the full data `header` continues `previous`, the last data header sent on this
     connection (None: none yet): then it may go as a continuation header (`encode_continuation`)."""
-    if previous is None or header[_SAME_STREAM] != previous[_SAME_STREAM] or header[5] in _CONTROL_CODES:
+    if (previous is None or header[_KIND_AT] in _CONTROL_CODES
+            or header[_SAME_STREAM] != previous[_SAME_STREAM]):
         return False
-    offset, length = _OFFSET_LENGTH.unpack_from(previous, 20)
-    next_offset, next_length = _OFFSET_LENGTH.unpack_from(header, 20)
+    offset, length = _OFFSET_LENGTH.unpack_from(previous, _OFFSET_AT)
+    next_offset, next_length = _OFFSET_LENGTH.unpack_from(header, _OFFSET_AT)
     return next_offset == offset + length and next_length <= _MAX_CONTINUATION
 
 
@@ -217,7 +219,7 @@ class HeaderCompressor:
         self.previous: bytes | None = None     # the last data header sent
 
     def wire_header(self, header: bytes) -> bytes:
-        if header[5] in _CONTROL_CODES:
+        if header[_KIND_AT] in _CONTROL_CODES:
             return header
         wire = encode_continuation(header) if self.enabled and continues(self.previous, header) else header
         self.previous = header
@@ -226,7 +228,7 @@ class HeaderCompressor:
 
 def encode_continuation(header: bytes) -> bytes:
     """The 8-byte continuation header standing for the full data `header` (see `continues`)."""
-    length = _OFFSET_LENGTH.unpack_from(header, 20)[1]
+    length = _OFFSET_LENGTH.unpack_from(header, _OFFSET_AT)[1]
     if length > _MAX_CONTINUATION:
         raise ProtocolError(f"a continuation carries at most {_MAX_CONTINUATION} elements, not {length}")
     return CONTINUATION.pack(CONTINUATION_TAG, 0, length)
