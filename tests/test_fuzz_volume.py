@@ -12,7 +12,6 @@ CI; `GERYON_FUZZ_FRAMES=100000 python -m pytest tests/test_fuzz_volume.py` is th
 import os
 import random
 import socket
-import struct
 import threading
 import time
 
@@ -22,8 +21,8 @@ from geryon.errors import GeryonError, ProtocolError
 from geryon.transport.config import TransportConfig
 from geryon.transport.handshake import dial_handshake
 from geryon.transport.ps import ParameterServer, PSWorker
-from geryon.transport.wire import (CONTROL_KINDS, HEADER, MAGIC, PROTOCOL_VERSION, Kind, decode_header,
-                                   encode_control)
+from geryon.transport.wire import (CONTINUATION, CONTINUATION_TAG, CONTROL_KINDS, HEADER, MAGIC,
+                                   PROTOCOL_VERSION, Kind, decode_header, encode_control)
 
 SECRET = "volume-secret"
 FRAMES = int(os.environ.get("GERYON_FUZZ_FRAMES", "6000"))
@@ -62,7 +61,7 @@ def _continuation(rng: random.Random, length: int | None = None) -> bytes:
     """An 8-byte continuation header (wire.CONTINUATION), its reserved field now and then nonzero."""
     if length is None:
         length = rng.choice([rng.randrange(1, 64), rng.randrange(2**32)])
-    return struct.pack("!2sHI", b"G+", rng.choice([0, 0, 0, rng.randrange(65536)]), length)
+    return CONTINUATION.pack(CONTINUATION_TAG, rng.choice([0, 0, 0, rng.randrange(65536)]), length)
 
 
 def generated_frame(rng: random.Random) -> bytes:

@@ -27,6 +27,8 @@ from launch_support import (EXAMPLE, clean_env, json_records, loss_curve, rank_l
 from test_faults_emulated import Flapper
 from test_fuzz_volume import _continuation, _header, generated_frame
 
+from geryon.transport.wire import CONTINUATION, CONTINUATION_TAG, HEADER, MAGIC, PROTOCOL_VERSION, Kind
+
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -36,11 +38,13 @@ TIMEOUT_S = 30                     # TCP backoff after back-to-back outages on o
 THREAD_BOUND = 64 + 8 + 40        # handshakes in flight + per-source slack + the rank's own threads
 RSS_GROWTH_BOUND = 150 << 20      # bytes a rank may grow over its first sample
 
-# stdlib only (no torch import: it would take seconds); the generator is test_fuzz_volume's own code
-FUZZ_PRELUDE = """
+# stdlib only (no torch import: it would take seconds); the generator is test_fuzz_volume's own code,
+# the wire's constants are written in from geryon.transport.wire
+FUZZ_PRELUDE = f"""
 import random, socket, struct, sys, time
-HEADER, MAGIC, PROTOCOL_VERSION = struct.Struct("!4sBBBBIIIQQQ"), b"GYTR", 2
-Kind = [1, 2, 3, 4, 5, 6, 7, 8, 9, 20, 21, 30, 31]
+HEADER, MAGIC, PROTOCOL_VERSION = struct.Struct({HEADER.format!r}), {MAGIC!r}, {PROTOCOL_VERSION}
+CONTINUATION, CONTINUATION_TAG = struct.Struct({CONTINUATION.format!r}), {CONTINUATION_TAG!r}
+Kind = {[int(kind) for kind in Kind]}
 """
 FUZZ_LOOP = """
 host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
