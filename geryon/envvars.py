@@ -71,6 +71,7 @@ JOB_VARIABLES = {
 
 # -- inherited by ranks from the launcher's environment (no flag) ---------------------------------------
 TRANSPORT_TIMEOUT = "GERYON_TRANSPORT_TIMEOUT"   # seconds without progress before a peer counts as dead
+CONNECT_TIMEOUT = "GERYON_CONNECT_TIMEOUT"   # seconds a rank waits for its peers at the start (default: the above)
 THREAD_RT = "GERYON_THREAD_RT"   # SCHED_RR priority of the transport's threads (TransportConfig.thread_rt_priority)
 SEARCH_CANDIDATES = "GERYON_SEARCH_CANDIDATES"   # --priority search settings (geryon.runtime.search_sync)
 SEARCH_ITERS = "GERYON_SEARCH_ITERS"

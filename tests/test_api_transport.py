@@ -35,11 +35,17 @@ def test_transport_config_from_the_launchers_variables():
     config = jobtransport.transport_config(RankEnv.from_environ(env))
     assert (config.policy, config.class_dscp, config.timeout) == ("geryon", (46, 26, 0), 2.5)
     assert config.thread_rt_priority == 3
+    assert config.connect_timeout is None and config.start_timeout == 2.5
+    config = jobtransport.transport_config(RankEnv.from_environ({**env, "GERYON_CONNECT_TIMEOUT": "90"}))
+    assert (config.timeout, config.connect_timeout, config.start_timeout) == (2.5, 90.0, 90.0)
     assert config.job_id == jobtransport.transport_job_id("jabc12") != jobtransport.transport_job_id("jabc13")
     assert jobtransport.transport_config(RankEnv(secret="x")).class_dscp == (46, 0)
     assert RankEnv.from_environ(env).has_transport and not RankEnv.from_environ({}).has_transport
     with pytest.raises(ConfigError, match="GERYON_TRANSPORT_TIMEOUT"):
         RankEnv.from_environ({"GERYON_TRANSPORT_TIMEOUT": "soon"})
+    for bad in ("soon", "0", "-3", "nan", "inf"):
+        with pytest.raises(ConfigError, match="GERYON_CONNECT_TIMEOUT"):
+            RankEnv.from_environ({"GERYON_CONNECT_TIMEOUT": bad})
     for bad in ("high", "100", "-1"):
         with pytest.raises(ConfigError, match="GERYON_THREAD_RT"):
             RankEnv.from_environ({"GERYON_THREAD_RT": bad})

@@ -35,6 +35,9 @@ def test_transport_timeout_nan_is_rejected():
 
     with pytest.raises(ConfigError):
         TransportConfig(secret="s", timeout=float("nan"))
+    for bad in (float("nan"), 0.0, -1.0, float("inf")):
+        with pytest.raises(ConfigError, match="connect_timeout"):
+            TransportConfig(secret="s", connect_timeout=bad)
     with pytest.raises(ConfigError):
         RankEnv.from_environ({"GERYON_TRANSPORT_TIMEOUT": "nan"})
 

@@ -12,7 +12,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from geryon.errors import AuthenticationError, ProtocolError
+from geryon.errors import AuthenticationError, PeerTimeout, ProtocolError
+from geryon.transport.allreduce import AllreduceGroup
 from geryon.transport.config import TransportConfig
 from geryon.transport.handshake import dial_handshake
 from geryon.transport.ps import ParameterServer, PSWorker
@@ -23,11 +24,13 @@ SECRET = "fuzz-secret"
 
 
 def _start_ring(world, extra=()):
+    """`world` ring ranks as processes: a dead or stalled peer is found within 3 s, while each waits up
+    to 60 s for the others to start (importing torch takes seconds when the machine is busy)."""
     ports = free_ports(world)
     peers = ",".join(f"127.0.0.1:{p}" for p in ports)
     argv = [sys.executable, "-m", "geryon.bench.transport_roles", "allreduce", "--peers", peers,
             "--sizes", "2000000", "--iters", "100000", "--checksum", "--timeout", "3",
-            "--secret", SECRET, "--slice-bytes", "65536", *extra]
+            "--connect-timeout", "60", "--secret", SECRET, "--slice-bytes", "65536", *extra]
     return [subprocess.Popen(argv + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True) for r in range(world)]
 
@@ -75,6 +78,39 @@ def test_dead_or_stalled_rank_gives_clear_error_within_timeout(how):
     finally:
         procs[1].send_signal(signal.SIGCONT)
         _stop(procs)
+
+
+@pytest.mark.parametrize("connect_timeout", [None, 10.0])
+def test_a_late_peer_is_waited_for_up_to_the_connect_timeout(connect_timeout):
+    """A ring rank that starts 1.5 s after the other: with a 0.5 s transport timeout alone the early
+    rank gives up on it, naming it; with connect_timeout=10 it waits, and the ring then reduces exactly
+    while a dead peer would still be found within 0.5 s."""
+    config = TransportConfig(secret=SECRET, timeout=0.5, connect_timeout=connect_timeout)
+    ports = free_ports(2)
+    peers = [("127.0.0.1", p) for p in ports]
+    results, errors = {}, {}
+
+    def rank(r, delay):
+        time.sleep(delay)
+        started = time.monotonic()
+        try:
+            with AllreduceGroup(r, 2, peers, config, listen=peers[r]) as group:
+                results[r] = group.allreduce([torch.full((1000,), float(r + 1))])[0]
+        except Exception as exc:  # noqa: BLE001 -- checked below
+            errors[r] = (exc, time.monotonic() - started)
+
+    threads = [threading.Thread(target=rank, args=(0, 0.0)), threading.Thread(target=rank, args=(1, 1.5))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    if connect_timeout is None:
+        exc, waited = errors[0]
+        assert isinstance(exc, PeerTimeout) and "rank 1" in str(exc), exc
+        assert waited < 1.4
+    else:
+        assert not errors, errors
+        assert all(torch.equal(results[r], torch.full((1000,), 3.0)) for r in (0, 1))
 
 
 def test_wrong_secret_is_refused_and_server_keeps_serving():

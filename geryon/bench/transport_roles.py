@@ -68,6 +68,7 @@ def _config(args) -> TransportConfig:
                            policy=args.policy,
                            class_dscp=tuple(int(d) for d in args.dscp.split(",")),
                            slice_bytes=args.slice_bytes, timeout=args.timeout,
+                           connect_timeout=args.connect_timeout,
                            max_slice_bytes=max(args.max_slice_bytes, args.slice_bytes),
                            tcp_congestion=args.congestion,
                            notsent_lowat=args.notsent_lowat or None, rto_min_us=args.rto_min_us or None,
@@ -337,6 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--slice-bytes", type=int, default=TransportConfig.slice_bytes)
     parser.add_argument("--max-slice-bytes", type=int, default=TransportConfig.max_slice_bytes)
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--connect-timeout", type=float, default=None,
+                        help="seconds to wait for peers at the start (default: --timeout)")
     parser.add_argument("--congestion", default=None)
     parser.add_argument("--notsent-lowat", type=int, default=TransportConfig.notsent_lowat,
                         help="TCP_NOTSENT_LOWAT in bytes; 0 leaves the kernel default")

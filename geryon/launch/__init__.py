@@ -68,6 +68,9 @@ GERYON_TIMELINE, GERYON_STORE_PREFIX, with --tls GERYON_TLS_FILE or GERYON_TLS_C
 geryon.envvars.JOB_VARIABLES).
 GERYON_TRANSPORT_TIMEOUT (inherited, not a flag): seconds without progress before the transport
 declares a peer dead (default 60).
+GERYON_CONNECT_TIMEOUT (inherited, not a flag): seconds a rank waits for its peers to come up when the
+job starts (TransportConfig.connect_timeout; default GERYON_TRANSPORT_TIMEOUT), so a short transport
+timeout finds a dead peer quickly without failing ranks that start a few seconds apart.
 GERYON_THREAD_RT (inherited, not a flag): SCHED_RR priority P of the transport's threads, class c at
 P - c (TransportConfig.thread_rt_priority; default 0, off): where many ranks share a host's cores (the
 emulated cluster), frames are sent and received as they arrive, the urgent class first.

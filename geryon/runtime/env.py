@@ -56,6 +56,7 @@ class RankEnv:
     ps_placement: str = "bytes"             # ps mode: slices over servers (bytes | count)
     # inherited from the launcher's environment
     transport_timeout: float = ev.DEFAULT_TRANSPORT_TIMEOUT_S
+    connect_timeout: float | None = None    # TransportConfig.connect_timeout (None: transport_timeout)
     thread_rt_priority: int = 0             # TransportConfig.thread_rt_priority (0: normal scheduling)
     search: tuple[tuple[str, str], ...] = ()   # (GERYON_SEARCH_* variable, text) of the ones set
     search_run: str | None = None
@@ -105,7 +106,9 @@ class RankEnv:
             "ps_optimizer": env.get(ev.PS_OPTIMIZER) or "auto",
             "ps_pull": env.get(ev.PS_PULL) or "auto",
             "ps_placement": env.get(ev.PS_PLACEMENT) or "bytes",
-            "transport_timeout": _transport_timeout(env.get(ev.TRANSPORT_TIMEOUT) or ""),
+            "transport_timeout": _seconds(ev.TRANSPORT_TIMEOUT, env.get(ev.TRANSPORT_TIMEOUT) or "",
+                                          ev.DEFAULT_TRANSPORT_TIMEOUT_S),
+            "connect_timeout": _seconds(ev.CONNECT_TIMEOUT, env.get(ev.CONNECT_TIMEOUT) or "", None),
             "thread_rt_priority": _int(env, ev.THREAD_RT, 0),
             "search": tuple((name, env[name].strip()) for name in ev.SEARCH_VARIABLES
                             if (env.get(name) or "").strip()),
@@ -177,13 +180,14 @@ def _int(env, name: str, default=_REQUIRED):
         raise ConfigError(f"{name}={text!r} is not a whole number") from None
 
 
-def _transport_timeout(text: str) -> float:
+def _seconds(name: str, text: str, default: float | None) -> float | None:
+    """The positive, finite number of seconds in variable `name`, or `default` when it is unset."""
     if not text:
-        return ev.DEFAULT_TRANSPORT_TIMEOUT_S
+        return default
     try:
         value = float(text)
     except ValueError:
-        raise ConfigError(f"{ev.TRANSPORT_TIMEOUT}={text!r} is not a number of seconds") from None
+        raise ConfigError(f"{name}={text!r} is not a number of seconds") from None
     if not 0 < value < float("inf"):   # also refuses nan
-        raise ConfigError(f"{ev.TRANSPORT_TIMEOUT}={text!r} must be a positive, finite number of seconds")
+        raise ConfigError(f"{name}={text!r} must be a positive, finite number of seconds")
     return value

@@ -41,7 +41,8 @@ def transport_config(env: RankEnv, tracer=None):
     from geryon.transport import TransportConfig
 
     settings = dict(secret=env.secret or "", job_id=transport_job_id(env.job_id), policy=env.policy,
-                    timeout=env.transport_timeout, thread_rt_priority=env.thread_rt_priority,
+                    timeout=env.transport_timeout, connect_timeout=env.connect_timeout,
+                    thread_rt_priority=env.thread_rt_priority,
                     placement=env.ps_placement)
     dscp = class_dscp(env.classes)
     if dscp:

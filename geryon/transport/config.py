@@ -37,6 +37,10 @@ class TransportConfig:
     max_slice_bytes: int = 4 * 1024 * 1024
     slice_seconds: float = 0.02
     timeout: float = 60.0                        # seconds without progress before PeerTimeout
+    # seconds a rank keeps dialing a peer that is not listening yet, and waits to be dialed, when the
+    # job starts (the other processes may still be importing torch or being started over SSH); None =
+    # `timeout`. A short `timeout` finds a dead peer quickly; this keeps it from failing the start.
+    connect_timeout: float | None = None
     tcp_congestion: str | None = None            # e.g. "cubic", "bbr"; None = system default
     notsent_lowat: int | None = 128 * 1024       # TCP_NOTSENT_LOWAT; None leaves it alone
     # TCP_RTO_MAX_MS (Linux >= 6.15; ignored where absent): caps the retransmission backoff, so a flow
@@ -71,6 +75,11 @@ class TransportConfig:
     # called with a TransferEvent per data slice queued / sent / received (see transport.trace)
     tracer: Callable[[TransferEvent], None] | None = field(default=None, compare=False, repr=False)
 
+    @property
+    def start_timeout(self) -> float:
+        """How long a rank waits for its peers to come up: connect_timeout, or timeout when unset."""
+        return self.timeout if self.connect_timeout is None else self.connect_timeout
+
     def __post_init__(self):
         if isinstance(self.secret, str):
             object.__setattr__(self, "secret", self.secret.encode())
@@ -86,6 +95,8 @@ class TransportConfig:
             raise ConfigError(f"job_id {self.job_id} must fit in 32 bits")
         if self.slice_bytes < 1024 or self.bucket_bytes < 1 or not 0 < self.timeout < math.inf:
             raise ConfigError("slice_bytes must be >= 1024, bucket_bytes >= 1 and timeout > 0")
+        if self.connect_timeout is not None and not 0 < self.connect_timeout < math.inf:
+            raise ConfigError(f"connect_timeout {self.connect_timeout}: > 0 seconds, or None (= timeout)")
         if self.max_slice_bytes < self.slice_bytes or not 0 <= self.slice_seconds < math.inf:
             raise ConfigError(f"max_slice_bytes {self.max_slice_bytes} must be >= slice_bytes "
                               f"{self.slice_bytes}, and slice_seconds >= 0 (0: pieces of slice_bytes)")

@@ -370,7 +370,7 @@ class FlowPool:
         self.addresses[peer_id] = f"{address[0]}:{address[1]}"
         for index in range(self.flow_count):
             name = self.peer_name(peer_id, index)
-            deadline = time.monotonic() + self.config.timeout
+            deadline = time.monotonic() + self.config.start_timeout
             pause = _DIAL_BACKOFF_S[0]
             while True:
                 sock = self._dial(address, index, name, deadline)
@@ -387,7 +387,7 @@ class FlowPool:
                 except TransportError as exc:   # dropped or stalled before the answer
                     sock.close()
                     if time.monotonic() + pause >= deadline:
-                        raise PeerTimeout(f"no handshake with {name} within {self.config.timeout:g} s "
+                        raise PeerTimeout(f"no handshake with {name} within {self.config.start_timeout:g} s "
                                           f"(last attempt: {exc})") from None
                     log.info("handshake with %s dropped (%s); retrying in %.2f s", name, exc, pause)
                     time.sleep(pause)
@@ -398,7 +398,7 @@ class FlowPool:
             self._register(sock, peer_id, index, name)
 
     def _dial(self, address, index, name, deadline: float | None = None) -> socket.socket:
-        deadline = time.monotonic() + self.config.timeout if deadline is None else deadline
+        deadline = time.monotonic() + self.config.start_timeout if deadline is None else deadline
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         while True:
             sock = socket.socket(family, socket.SOCK_STREAM)
@@ -412,7 +412,7 @@ class FlowPool:
                 sock.close()
                 if time.monotonic() >= deadline:
                     raise PeerTimeout(f"cannot connect to {name}: {exc} "
-                                      f"(tried for {self.config.timeout:g} s)") from None
+                                      f"(tried for {self.config.start_timeout:g} s)") from None
                 time.sleep(0.05)
 
     def _accept_loop(self) -> None:
@@ -522,12 +522,14 @@ class FlowPool:
         flow.start()
 
     def wait_connected(self, peers, timeout: float | None = None) -> None:
-        """Block until every flow to each peer in `peers` exists (dialed or accepted)."""
+        """Block until every flow to each peer in `peers` exists (dialed or accepted), at most
+        `timeout` seconds (default: the config's start_timeout)."""
         wanted = [(p, i) for p in peers for i in range(self.flow_count)]
         start = time.monotonic()
         self.wait_until(lambda: all(k in self.flows for k in wanted),
                         f"connections from {', '.join(self.peer_name(p) for p in peers)}",
-                        peers, progress=lambda: start, timeout=timeout)
+                        peers, progress=lambda: start,
+                        timeout=self.config.start_timeout if timeout is None else timeout)
         return None
 
     # -- sending and waiting ------------------------------------------------------------------
