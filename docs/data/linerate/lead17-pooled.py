@@ -1,11 +1,13 @@
 """Pool the issue's 100 Mbit/s rows over every run of the current allreduce (twelfth session's
 own-chunk chain onward): per row, how often each target was met, and all single collectives pooled.
+With a path, also plot every single collective of each system against the ring line-rate bound.
 
-    python docs/data/linerate/lead17-pooled.py
+    python docs/data/linerate/lead17-pooled.py [docs/img/linerate-pooled-100mbit.png]
 """
 import json
 import pathlib
 import statistics
+import sys
 
 HERE = pathlib.Path(__file__).parent
 RUNS = [f"lead12-allreduce-100mbit-{r}" for r in "ijmn"] + [f"lead13-allreduce-100mbit-{r}" for r in "op"] \
@@ -29,8 +31,40 @@ for (workers, size), records in sorted(rows.items()):
     ratios = sorted(r["ratio_vs_gloo"] for r in records)
     pooled = [statistics.median(x for r in records for x in r[key])
               for key in ("all_seconds", "gloo_all_seconds", "wire_ring_all_seconds") if all(key in r for r in records)]
-    print(f"{workers} x {size / 1e6:>3.0f} MB   {gloo_ok:>2} of {len(records)}     {bound_ok:>2} of {len(records)}       "
+    print(f"{workers} x {size / 1e6:>3.0f} MB   {gloo_ok:>2} of {len(records)}     "
+          f"{bound_ok:>2} of {len(records)}       "
           f"{ratios[0]:.4f} {statistics.median(ratios):.4f} {ratios[-1]:.4f}        "
           + " / ".join(f"{p:.4f}" for p in pooled))
 print(f"both targets in every row of a run: {sum(both_every_row.values())} of {len(RUNS)} runs "
       f"(missed: {', '.join(run for run, ok in both_every_row.items() if not ok)})")
+
+
+def plot(path: str) -> None:
+    """One panel per row: each system's single collectives / the bound, every run's medians marked."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = (("all_seconds", "geryon", "tab:blue"), ("gloo_all_seconds", "gloo", "tab:orange"),
+               ("wire_ring_all_seconds", "plain TCP", "tab:gray"))
+    fig, axes = plt.subplots(1, len(rows), figsize=(3.2 * len(rows), 4.2), sharey=True)
+    for ax, ((workers, size), records) in zip(axes, sorted(rows.items())):
+        for position, (key, name, colour) in enumerate(systems):
+            values = [x / r["line_rate_seconds"] for r in records for x in r[key]]
+            jitter = [position + 0.25 * ((i * 0.618) % 1 - 0.5) for i in range(len(values))]
+            ax.scatter(jitter, values, s=9, alpha=0.6, color=colour, label=name)
+        ax.axhline(1.05, color="tab:red", linewidth=1, linestyle="--", label="1.05x the bound")
+        ax.axhline(records[0]["header_floor_vs_line_rate"], color="black", linewidth=0.8, linestyle=":",
+                   label="TCP/IP header floor")
+        ax.set_xticks(range(len(systems)), [name for _, name, _ in systems])
+        ax.set_title(f"{workers} ranks x {size / 1e6:.0f} MB")
+        ax.set_ylim(1.040, 1.070)
+    axes[0].set_ylabel("single collective / ring line-rate bound")
+    axes[-1].legend(loc="upper right", fontsize=7)
+    fig.suptitle(f"Ring allreduce at 100 Mbit/s, every collective of {len(RUNS)} runs (values above 1.07 clipped)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if len(sys.argv) > 1:
+    plot(sys.argv[1])
