@@ -30,7 +30,8 @@ Usage (every rank passes the same tensors, in the same order; priorities: class 
     worker.step(grads)          # push this iteration's gradients, request the next parameters
     worker.wait_param(0)        # before layer 0's forward; the others keep arriving meanwhile
 
-Errors: TransportError (peer closed/reset), PeerTimeout (no progress within config.timeout),
+Errors: TransportError (peer closed/reset), PeerTimeout (no progress within config.timeout, or a
+peer not up within config.connect_timeout when the job starts; that one defaults to timeout),
 PeerAborted (a peer reports the job failing elsewhere: a PS server that lost a worker, a ring
 neighbour that lost its other neighbour; the message names the rank that failed),
 AuthenticationError (wrong secret), ProtocolError (malformed frame, plan mismatch).
