@@ -12,7 +12,7 @@ import sys
 HERE = pathlib.Path(__file__).parent
 RUNS = [f"lead12-allreduce-100mbit-{r}" for r in "ijmn"] + [f"lead13-allreduce-100mbit-{r}" for r in "op"] \
     + ["lead14-allreduce-100mbit-q"] + [f"lead16-allreduce-100mbit-{r}" for r in "abc"] \
-    + [f"lead17-allreduce-100mbit-{r}" for r in "abc"]
+    + [f"lead17-allreduce-100mbit-{r}" for r in "abcd"]
 
 rows: dict[tuple[int, int], list[dict]] = {}
 for run in RUNS:
