@@ -397,8 +397,8 @@ class FlowPool:
                     raise
             self._register(sock, peer_id, index, name)
 
-    def _dial(self, address, index, name, deadline: float | None = None) -> socket.socket:
-        deadline = time.monotonic() + self.config.start_timeout if deadline is None else deadline
+    def _dial(self, address, index, name, deadline: float) -> socket.socket:
+        """A TCP connection to `address`, retried while refused until `deadline` (monotonic)."""
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         while True:
             sock = socket.socket(family, socket.SOCK_STREAM)
