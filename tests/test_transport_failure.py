@@ -84,7 +84,7 @@ def test_dead_or_stalled_rank_gives_clear_error_within_timeout(how):
 def test_a_late_peer_is_waited_for_up_to_the_connect_timeout(connect_timeout):
     """A ring rank that starts 1.5 s after the other: with a 0.5 s transport timeout alone the early
     rank gives up on it, naming it; with connect_timeout=10 it waits, and the ring then reduces exactly
-    while a dead peer would still be found within 0.5 s."""
+    (the 0.5 s no-progress limit is the dead-peer test's subject, above)."""
     config = TransportConfig(secret=SECRET, timeout=0.5, connect_timeout=connect_timeout)
     ports = free_ports(2)
     peers = [("127.0.0.1", p) for p in ports]
