@@ -2,8 +2,8 @@
 
 import pytest
 
-from launch_support import EXAMPLE, EXAMPLE_ARGS, PYTHON, json_records, loss_curve, run_single_process, \
-    run_stoppable
+from launch_support import EXAMPLE, EXAMPLE_ARGS, REPO, json_records, loss_curve, only_exit_abort, \
+    run_plain_torchrun, run_single_process
 
 
 def test_dataset_is_deterministic_and_balanced():
@@ -31,12 +31,22 @@ def test_loss_falls_and_accuracy_is_reported():
 
 @pytest.mark.slow
 def test_torchrun_gives_the_single_process_curve(single_curve):
-    result = run_stoppable([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                            str(EXAMPLE), *EXAMPLE_ARGS], timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
+    result, exit_abort = run_plain_torchrun(EXAMPLE, EXAMPLE_ARGS, workers=2, timeout=180)
     records = json_records(result.stdout.splitlines())
+    assert loss_curve(records) == pytest.approx(single_curve, rel=1e-4, abs=1e-5)  # every iteration, exact
+    if exit_abort:
+        pytest.xfail(exit_abort)
     assert records[-1]["workers"] == 2
-    assert loss_curve(records) == pytest.approx(single_curve, rel=1e-4, abs=1e-5)
+
+
+def test_only_pytorchs_exit_abort_is_excused():
+    """torchrun's report of the one CI failure (rank 1 aborted at exit, rank 0 then stopped) is told apart
+    from a rank that failed, and from an abort with another message."""
+    report = (REPO / "tests" / "data" / "torchrun-exit-abort.txt").read_text()
+    assert only_exit_abort(report)
+    assert not only_exit_abort(report.replace("exitcode  : -15", "exitcode  : 1"))
+    assert not only_exit_abort(report.replace("terminate called without an active exception",
+                                              "Segmentation fault"))
 
 
 def _example_module():

@@ -38,9 +38,10 @@ def test_own_mode_adds_an_ack_class_above_every_priority_class():
     plan = build_priority_plan("eth0", 2, "100mbit", ack_priority=True)  # True: the default mode, "own"
     assert plan.class_ids == ("1:10", "1:11")  # the priority classes keep their ids
     commands = plan.commands()
-    rates = (("1:f", "5mbit", 0), ("1:10", "94mbit", 1), ("1:11", "1mbit", 2))
+    rates = (("1:f", "5mbit", 0, 2225), ("1:10", "94mbit", 1, 13350), ("1:11", "1mbit", 2, 1725))
     assert commands[2:5] == [f"tc class add dev eth0 parent 1:1 classid {classid} htb rate {rate} ceil 100mbit "
-                             f"prio {prio} quantum 15140" for classid, rate, prio in rates]
+                             f"prio {prio} quantum 15140 burst {burst} cburst 14100"
+                             for classid, rate, prio, burst in rates]
     assert "tc qdisc add dev eth0 parent 1:f handle f: pfifo limit 1000" in commands
     assert [op.flowid for op in plan.ops if isinstance(op, AckFilterOp)] == ["1:f", "1:f"]
     lone = build_priority_plan("eth0", "only:0", "100mbit", ack_priority="own")  # one class: ACKs still above it

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from geryon.errors import ClassSpecError, RateError
 from geryon.netconf import (Capabilities, ClassOp, FilterOp, QdiscOp, build_priority_plan,
                             build_shaping_plan, default_classes, parse_classes)
-from geryon.netconf.plan import (HTB_QUANTUM, UNSHAPED_RATE, format_tc_rate, handle_to_int,
+from geryon.netconf.plan import (HTB_QUANTUM, UNSHAPED_RATE, format_tc_rate, handle_to_int, htb_burst,
                                  int_to_handle)
 
 STRICT_KERNEL = Capabilities(frozenset({"htb", "pfifo", "prio", "ets"}), frozenset({"u32", "flower"}))
@@ -39,6 +39,8 @@ def test_htb_plan_operations(count):
     params = [dict(op.params) for op in children]
     assert [p["prio"] for p in params] == list(range(count))
     assert all(p["ceil"] == rate and p["quantum"] == HTB_QUANTUM for p in params)
+    # token buckets of 1 ms of their rate and a frame, not tc's one-frame default (see HTB_BURST_SECONDS)
+    assert all(p["burst"] == htb_burst(p["rate"]) and p["cburst"] == htb_burst(rate) for p in params)
     assert params[0]["rate"] >= 0.98 * rate
     assert sum(p["rate"] for p in params) == rate
     assert all(0 < p["rate"] <= 0.01 * rate for p in params[1:])
@@ -53,9 +55,12 @@ def test_htb_plan_operations(count):
 def test_two_class_commands_match_the_layout_seen_working():
     assert build_priority_plan("eth0", None, "100mbit").commands() == [
         "tc qdisc add dev eth0 root handle 1: htb default 11",
-        "tc class add dev eth0 parent 1: classid 1:1 htb rate 100mbit ceil 100mbit quantum 15140",
-        "tc class add dev eth0 parent 1:1 classid 1:10 htb rate 99mbit ceil 100mbit prio 0 quantum 15140",
-        "tc class add dev eth0 parent 1:1 classid 1:11 htb rate 1mbit ceil 100mbit prio 1 quantum 15140",
+        "tc class add dev eth0 parent 1: classid 1:1 htb rate 100mbit ceil 100mbit quantum 15140 burst 14100 "
+        "cburst 14100",
+        "tc class add dev eth0 parent 1:1 classid 1:10 htb rate 99mbit ceil 100mbit prio 0 quantum 15140 "
+        "burst 13975 cburst 14100",
+        "tc class add dev eth0 parent 1:1 classid 1:11 htb rate 1mbit ceil 100mbit prio 1 quantum 15140 "
+        "burst 1725 cburst 14100",
         "tc qdisc add dev eth0 parent 1:10 handle 10: pfifo limit 1000",
         "tc qdisc add dev eth0 parent 1:11 handle 11: pfifo limit 1000",
         "tc filter add dev eth0 parent 1: protocol ip pref 1 u32 match ip dsfield 0xb8 0xfc flowid 1:10",

@@ -107,8 +107,9 @@ def test_junos_syntax_and_qfx_queue7_hazard():
 def test_linux_plan_matches_netconf_layout():
     text = rendering("linux", "4", "native").text
     assert "tc qdisc add dev eth1 root handle 1: htb default 13\n" in text
-    assert "tc class add dev eth1 parent 1:1 classid 1:10 htb rate 9900mbit ceil 10gbit prio 0 quantum 15140\n" in text
-    assert re.search(r"classid 1:11 htb rate 50mbit ceil 10gbit prio 1 quantum 7570", text)
+    assert ("tc class add dev eth1 parent 1:1 classid 1:10 htb rate 9900mbit ceil 10gbit prio 0 quantum 15140 "
+            "burst 1239100 cburst 1251600\n") in text
+    assert re.search(r"classid 1:11 htb rate 50mbit ceil 10gbit prio 1 quantum 7570 burst 7850 cburst 1251600", text)
     assert "u32 match ip dsfield 0xb8 0xfc flowid 1:10" in text and "match ip6 priority 0x48 0xfc flowid 1:12" in text
 
 

@@ -24,7 +24,7 @@ Hazards:
 from geryon.netconf.classes import PriorityClass
 from geryon.netconf.plan import (HTB_QUANTUM, LOW_SHARE, MIN_CLASS_RATE, PARENT_CLASS, QUEUE_LIMIT, ROOT,
                                  UNSHAPED_RATE, ClassOp, FilterOp, QdiscOp, QueuePlan, ack_class_ops, ack_filter_ops,
-                                 format_tc_rate)
+                                 format_tc_rate, htb_class_params)
 from geryon.errors import TargetLimitError
 from geryon.netconf.profile import QosProfile, TargetLimits
 from geryon.netconf.render import Rendering
@@ -53,8 +53,7 @@ def build_plan(profile: QosProfile, dev: str, netns: str | None = None) -> Queue
     class_ids = tuple(f"1:{0x10 + i:x}" for i in range(len(profile.classes)))
     default_id = class_ids[[c.name for c in profile.classes].index(profile.default_class)]
     ops: list = [QdiscOp(dev, "htb", ROOT, params=(("default", default_id.split(":")[1]),)),
-                 ClassOp(dev, "htb", PARENT_CLASS, ROOT, (("rate", rate), ("ceil", rate),
-                                                          ("quantum", HTB_QUANTUM)))]
+                 ClassOp(dev, "htb", PARENT_CLASS, ROOT, htb_class_params(rate, rate))]
     own = profile.ack_own
     rates = class_rates(profile, rate)
     if own:  # the ACK class's guarantee comes out of the top class's, as in geryon.netconf.plan
@@ -68,8 +67,7 @@ def build_plan(profile: QosProfile, dev: str, netns: str | None = None) -> Queue
     for index, (cls, classid, class_rate) in enumerate(zip(profile.classes, class_ids, rates)):
         prio = index + int(own) if cls.strict else weighted_prio
         quantum = HTB_QUANTUM if cls.strict else max(MIN_QUANTUM, HTB_QUANTUM * cls.weight // 100)
-        ops.append(ClassOp(dev, "htb", classid, PARENT_CLASS, (("rate", class_rate), ("ceil", rate),
-                                                               ("prio", prio), ("quantum", quantum))))
+        ops.append(ClassOp(dev, "htb", classid, PARENT_CLASS, htb_class_params(class_rate, rate, prio, quantum)))
     ops += [QdiscOp(dev, "pfifo", f"{0x10 + i:x}:", classid, (("limit", QUEUE_LIMIT),))
             for i, classid in enumerate(class_ids)]
     if own:
