@@ -87,6 +87,22 @@ def test_a_failing_sender_is_reported_and_the_cluster_removed():
     assert _check_namespaces() <= before
 
 
+def _configuration(priority: bool, share: float, ratio: float) -> dict:
+    return {"priority": priority, "contention": {"high_share": share}, "burst": {"ratio": ratio}}
+
+
+@pytest.mark.parametrize("priority, share, ratio, ok", [
+    (True, 0.99, 1.02, True), (True, 0.85, 1.02, False), (True, 0.99, 1.2, False),
+    # without queues a FIFO gives no preference, whichever way the split falls (cubic: 7% to 65% measured)
+    (False, 0.50, 3.0, True), (False, 0.07, 3.0, True), (False, 0.65, 3.0, True),
+    (False, 0.95, 3.0, False), (False, 0.50, 1.05, False),
+])
+def test_verdict_asks_for_priority_with_queues_and_none_without(priority, share, ratio, ok):
+    verdict = check._verdict(_configuration(priority, share, ratio))
+    assert verdict["ok"] is ok
+    assert verdict["ok"] == (verdict["share"]["ok"] and verdict["burst"]["ok"])
+
+
 def test_duration_must_exceed_the_warmup():
     with pytest.raises(ConfigError, match="--duration"):
         check.run_check(duration=0.5)

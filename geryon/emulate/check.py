@@ -11,8 +11,16 @@ without priority queues:
 
 The per-class counters of the bottleneck port (bytes, packets, drops during each phase) come with
 each result. Expectations (issue 2): with priority queues the high flow gets >= 90% of the port
-and the burst completes within 10% of its time alone; without them the port is shared about
-evenly and the burst is slowed down.
+and the burst completes within 10% of its time alone; without them the high flow gets no
+preference (< 90%) and the burst is slowed down.
+
+Without queues the verdict does not ask for an even split, though bbr usually gives one. The
+port is then one 1000-packet FIFO (120 ms at 100 Mbit/s), and two loss-based senders lost no
+packet there in any measured run: which flow left slow start with the larger window keeps the
+larger share for longer than the check runs. Computed from a window the size of that queue, a reno
+sawtooth lasts about 20 s and a cubic epoch about 7 s. Two cubic flows have been measured at
+7%, 35%, 50%, 55% and 65% high share over 3 s (docs/transport-profile.md, eighteenth session).
+Every one of those splits means no priority.
 """
 
 import json
@@ -31,7 +39,6 @@ from geryon.netconf import default_classes, read_class_counters
 from geryon.rates import format_rate, parse_rate
 
 HIGH_SHARE_MIN = 0.90
-FAIR_SHARE = (0.35, 0.65)
 BURST_RATIO_MAX = 1.10
 SINK_PORT = 5201
 START_MARGIN_S = 1.0     # time for sender processes to start before a common --start-at
@@ -182,8 +189,8 @@ def _verdict(result: dict) -> dict:
         burst_check = {"expected": f"burst within {BURST_RATIO_MAX - 1:.0%} of alone",
                        "ok": ratio <= BURST_RATIO_MAX}
     else:
-        lo, hi = FAIR_SHARE
-        share_check = {"expected": f"high share about half ({lo:.0%}-{hi:.0%})", "ok": lo <= share <= hi}
+        share_check = {"expected": f"no preference for high (share < {HIGH_SHARE_MIN:.0%})",
+                       "ok": share < HIGH_SHARE_MIN}
         burst_check = {"expected": f"burst slowed by more than {BURST_RATIO_MAX - 1:.0%}",
                        "ok": ratio > BURST_RATIO_MAX}
     return {"share": share_check, "burst": burst_check, "ok": share_check["ok"] and burst_check["ok"]}
@@ -238,7 +245,7 @@ def format_table(result: dict) -> str:
         lines.append(f"  {c['congestion']:<6} {'priority' if c['priority'] else 'none':<9} "
                      f"{classes or '(no classes)'}")
     lines += ["", f"Expected: with priority queues high >= {HIGH_SHARE_MIN:.0%} of the port and the burst "
-              f"within {BURST_RATIO_MAX - 1:.0%} of alone; without, about half and a slower burst.",
+              f"within {BURST_RATIO_MAX - 1:.0%} of alone; without, no preference and a slower burst.",
               f"Result: {'priority holds' if result['ok'] else 'CHECK FAILED'} "
               f"({result['elapsed_s']:g} s)"]
     return "\n".join(lines)
