@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from geryon.bench.transport_roles import START_LEAD_S, start_together
+from geryon.bench.transport_roles import START_LEAD_S, machine_busy_seconds, start_together, time_collectives
 
 
 def test_ranks_agree_on_the_latest_arrival_plus_the_lead_and_wake_after_it():
@@ -50,3 +50,25 @@ def test_inputs_are_refilled_in_place_only_after_the_barrier():
     refill_between(lambda: seen.append(work[0].clone()), work, source)
     assert seen[0].eq(0).all()                          # the barrier ran before the copy
     assert work[0].equal(source[0]) and work[0].data_ptr() == buffer   # copied into the same buffer
+
+
+def test_machine_busy_seconds_counts_a_busy_loop():
+    """The machine-wide CPU the allreduce rows report (machine_cpu_s_per_gb) rises by at least what this
+    process burns; /proc/stat counts in ticks of 1/SC_CLK_TCK s, so allow two of them."""
+    before, cpu_before = machine_busy_seconds(), time.process_time()
+    while time.process_time() - cpu_before < 0.3:
+        pass
+    burned = time.process_time() - cpu_before
+    assert machine_busy_seconds() - before >= burned - 0.02
+
+
+def test_only_rank_zero_reports_the_machine_cpu_of_its_timed_collectives():
+    def alone(tensor):             # each rank alone: its own slot is the latest arrival, the sum its tensor
+        return tensor
+
+    work, source = [torch.zeros(4)], [torch.ones(4)]
+    for rank in (0, 1):
+        times, starts, cpu, machine = time_collectives(rank, 2, 2, alone, lambda: time.sleep(0.01), work, source)
+        assert len(times) == len(starts) == 2 and cpu >= 0
+        assert (machine is None) == (rank != 0)
+        assert machine is None or machine >= 0

@@ -56,6 +56,10 @@ def test_bench_allreduce_times_the_wire_ring_like_the_collectives():
     assert record["seconds"] == sorted(record["all_seconds"])[1]
     for key in ("tcp_counters", "gloo_tcp_counters", "wire_ring_tcp_counters"):
         assert sorted(record[key]) == ["h1", "h2", "h3"] and all(c["out_segs"] > 0 for c in record[key].values())
+    # CPU per GB: the processes' own, and the whole machine's over rank 0's timed collectives
+    assert record["cpu_s_per_gb"] > 0 and record["gloo_cpu_s_per_gb"] > 0
+    for key in ("machine_cpu_s_per_gb", "gloo_machine_cpu_s_per_gb", "wire_ring_machine_cpu_s_per_gb"):
+        assert record[key] >= 0, key
 
 
 def test_bench_allreduce_runs_both_systems_at_the_asked_mtu():

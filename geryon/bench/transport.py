@@ -12,7 +12,11 @@
                                              of the same bytes round the same ring, no reduction; a collective
                                              near 1.0 there is limited by the emulated wire and TCP, not by itself
 Every row also gives `cpu_s_per_gb`: CPU seconds (user + system, all processes of the system measured,
-time.process_time) per GB its transfers put on the wire; allreduce rows give gloo's alongside.
+time.process_time) per GB its transfers put on the wire; allreduce rows give gloo's alongside, and
+`machine_cpu_s_per_gb` (gloo's, the wire ring's): every CPU's busy seconds over rank 0's timed
+collectives (/proc/stat), so the kernel's softirq work that no process is charged for counts too. On
+the emulated cluster that includes the switch's forwarding and queues, and any other load on the
+machine; compare systems in the same run.
     geryon bench priority --servers 2        high-priority burst under low-priority bulk, per policy
                                              (ratio_vs_unloaded)
 Every baseline is measured in the same run, on the same emulated hosts. Needs root.
@@ -146,6 +150,12 @@ def _coflow_periods(records: list[list[dict]]) -> list[float]:
 def _cpu_seconds(records: list[list[dict]]) -> float:
     """CPU seconds (user + system, every thread) of all processes' measured part."""
     return sum(record.get("cpu_seconds", 0.0) for r in records for record in r if record.get("event") == "result")
+
+
+def _machine_cpu_seconds(records: list[list[dict]]) -> float:
+    """The machine's busy CPU seconds over rank 0's timed collectives (transport_roles.machine_busy_seconds)."""
+    return sum(record.get("machine_cpu_seconds", 0.0) for r in records for record in r
+               if record.get("event") == "result")
 
 
 def _per_gb(cpu_seconds: float, wire_bytes: float) -> float:
@@ -368,13 +378,14 @@ def bench_allreduce(args) -> int:
                 wire = 2 * (workers - 1) * size * args.repeat     # every rank sends 2(N-1)/N of the data
                 ceiling = {}
                 if args.wire_ring:
-                    _, wire_times, wire_tcp = measure(wire_ring_placements(cluster, hosts, workers, "--sizes", size,
-                                                                           "--iters", args.repeat),
-                                                      env={"GLOO_SOCKET_IFNAME": "eth0"})
+                    wire_records, wire_times, wire_tcp = measure(
+                        wire_ring_placements(cluster, hosts, workers, "--sizes", size, "--iters", args.repeat),
+                        env={"GLOO_SOCKET_IFNAME": "eth0"})
                     plain = _median(wire_times)
                     ceiling = {"wire_ring_seconds": plain, "wire_ring_all_seconds": wire_times,
                                "wire_ring_tcp_counters": wire_tcp, "ratio_vs_wire_ring": ours / plain,
-                               "gloo_ratio_vs_wire_ring": theirs / plain, "wire_ring_ratio_vs_line_rate": plain / bound}
+                               "gloo_ratio_vs_wire_ring": theirs / plain, "wire_ring_ratio_vs_line_rate": plain / bound,
+                               "wire_ring_machine_cpu_s_per_gb": _per_gb(_machine_cpu_seconds(wire_records), wire)}
                 _print(args, {"bench": "allreduce", "workers": workers, "bw": args.bw, "size_bytes": size,
                               "policy": args.policy, "congestion": congestion, "repeat": args.repeat,
                               "seconds": ours, "gloo_seconds": theirs, "line_rate_seconds": bound,
@@ -388,7 +399,9 @@ def bench_allreduce(args) -> int:
                               "max_slice_bytes": _max_slice_bytes(args),
                               "compact_headers": not args.full_headers,
                               "cpu_s_per_gb": _per_gb(_cpu_seconds(mine), wire),
-                              "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo), wire), **ceiling})
+                              "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo), wire),
+                              "machine_cpu_s_per_gb": _per_gb(_machine_cpu_seconds(mine), wire),
+                              "gloo_machine_cpu_s_per_gb": _per_gb(_machine_cpu_seconds(gloo), wire), **ceiling})
     return 0
 
 

@@ -29,6 +29,7 @@ import time
 import torch
 
 from geryon import envvars
+from geryon.bench.paper_math import read_proc_stat
 from geryon.errors import GeryonError, TransportError
 from geryon.transport.config import TransportConfig
 from geryon.transport.tls import load_credentials
@@ -119,25 +120,40 @@ def refill_between(barrier, work: list[torch.Tensor], tensors: list[torch.Tensor
 
 
 def time_collectives(rank: int, world: int, iters: int, small_allreduce, collective, work, tensors,
-                     after_each=None) -> tuple[list[float], list[float], float]:
+                     after_each=None) -> tuple[list[float], list[float], float, float | None]:
     """`iters` timed runs of `collective()` (which reduces `work` in place): before each, `work` is refilled
     from `tensors` after a barrier and every rank starts together. `small_allreduce(t)` sums a small
     float64 tensor across the ranks (the barrier and the start). Returns each run's seconds from the
-    common start, the starts, and the CPU seconds of the timed parts; `after_each(i)` runs after run i.
+    common start, the starts, the CPU seconds of this process's timed parts, and, on rank 0 only (None
+    elsewhere), the machine's (`machine_busy_seconds`) over rank 0's timed parts; `after_each(i)` runs
+    after run i.
     """
     flag = torch.zeros(1, dtype=torch.float64)   # the barrier's tensor, kept: a sum of zeros stays zero
-    times, starts, cpu = [], [], 0.0
+    times, starts, cpu, machine = [], [], 0.0, 0.0
     for i in range(iters):
         refill_between(lambda: small_allreduce(flag), work, tensors)
         started = start_together(rank, world, small_allreduce)
-        cpu_started = time.process_time()
+        cpu_started, machine_started = time.process_time(), machine_busy_seconds() if rank == 0 else 0.0
         collective()
         times.append(time.time() - started)
         starts.append(started)
         cpu += time.process_time() - cpu_started
+        machine += machine_busy_seconds() - machine_started if rank == 0 else 0.0
         if after_each is not None:
             after_each(i)
-    return times, starts, cpu
+    return times, starts, cpu, machine if rank == 0 else None
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every CPU of the machine has been busy since boot (/proc/stat, all but idle and iowait;
+    /proc/stat is not per network namespace): what the ranks are charged, the kernel's softirq work
+    charged to no process (on the emulated cluster that includes the switch), and any other load."""
+    busy, _ = read_proc_stat()
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_cpu(seconds: float | None) -> dict:
+    return {} if seconds is None else {"machine_cpu_seconds": seconds}
 
 
 def allreduce_inputs(size: int, rank: int, two_classes: bool) -> tuple[list[torch.Tensor], list[int]]:
@@ -162,11 +178,12 @@ def run_allreduce(args) -> None:
                 digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in work)).hexdigest()
                 _emit(event="iteration", size_bytes=size, iteration=i, sha256=digest)
 
-            times, starts, cpu = time_collectives(args.rank, len(peers), args.iters, lambda t: group.allreduce([t]),
-                                                  lambda: group.allreduce(work, priorities), work, tensors,
-                                                  after_each=checksum if args.checksum else None)
+            times, starts, cpu, machine_cpu = time_collectives(
+                args.rank, len(peers), args.iters, lambda t: group.allreduce([t]),
+                lambda: group.allreduce(work, priorities), work, tensors,
+                after_each=checksum if args.checksum else None)
             _emit(event="result", system="geryon", size_bytes=size, seconds=sorted(times)[len(times) // 2],
-                  all_seconds=times, all_starts=starts, cpu_seconds=cpu)
+                  all_seconds=times, all_starts=starts, cpu_seconds=cpu, **_machine_cpu(machine_cpu))
 
 
 def run_gloo(args) -> None:
@@ -180,10 +197,10 @@ def run_gloo(args) -> None:
             tensor = _tensors(size, args.rank)
             work = tensor.clone()
             dist.all_reduce(tensor.clone())
-            times, starts, cpu = time_collectives(args.rank, args.world, args.iters, dist.all_reduce,
-                                                  lambda: dist.all_reduce(work), [work], [tensor])
+            times, starts, cpu, machine_cpu = time_collectives(args.rank, args.world, args.iters, dist.all_reduce,
+                                                               lambda: dist.all_reduce(work), [work], [tensor])
             _emit(event="result", system="gloo", size_bytes=size, seconds=sorted(times)[len(times) // 2],
-                  all_seconds=times, all_starts=starts, cpu_seconds=cpu)
+                  all_seconds=times, all_starts=starts, cpu_seconds=cpu, **_machine_cpu(machine_cpu))
     finally:
         dist.destroy_process_group()
 
@@ -262,11 +279,11 @@ def run_wire_ring(args) -> None:
             for size in args.sizes:
                 nbytes = ring_link_bytes(size, args.world)
                 _stream(right, left, nbytes, out, inbox, pool)    # warm-up, as the collectives have
-                times, starts, cpu = time_collectives(
+                times, starts, cpu, machine_cpu = time_collectives(
                     args.rank, args.world, args.iters, dist.all_reduce,
                     lambda: _stream(right, left, nbytes, out, inbox, pool), [], [])
                 _emit(event="result", system="wire-ring", size_bytes=size, seconds=sorted(times)[len(times) // 2],
-                      all_seconds=times, all_starts=starts, cpu_seconds=cpu)
+                      all_seconds=times, all_starts=starts, cpu_seconds=cpu, **_machine_cpu(machine_cpu))
     finally:
         right.close()
         left.close()
