@@ -1,8 +1,10 @@
 """Pool the issue's 100 Mbit/s rows over every run of the current allreduce (twelfth session's
 own-chunk chain onward): per row, how often each target was met, and all single collectives pooled.
 With a path, also plot every single collective of each system against the ring line-rate bound.
+Later runs are added by name (the stem of their .jsonl here); the seventeenth session's table is the
+run without them.
 
-    python docs/data/linerate/lead17-pooled.py [docs/img/linerate-pooled-100mbit.png]
+    python docs/data/linerate/lead17-pooled.py [LATER_RUN ...] [docs/img/linerate-pooled-100mbit.png]
 """
 import json
 import pathlib
@@ -13,6 +15,8 @@ HERE = pathlib.Path(__file__).parent
 RUNS = [f"lead12-allreduce-100mbit-{r}" for r in "ijmn"] + [f"lead13-allreduce-100mbit-{r}" for r in "op"] \
     + ["lead14-allreduce-100mbit-q"] + [f"lead16-allreduce-100mbit-{r}" for r in "abc"] \
     + [f"lead17-allreduce-100mbit-{r}" for r in "abcd"]
+RUNS += [arg for arg in sys.argv[1:] if not arg.endswith(".png")]
+PLOT_PATH = next((arg for arg in sys.argv[1:] if arg.endswith(".png")), None)
 
 rows: dict[tuple[int, int], list[dict]] = {}
 for run in RUNS:
@@ -94,5 +98,5 @@ def plot(path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-if len(sys.argv) > 1:
-    plot(sys.argv[1])
+if PLOT_PATH:
+    plot(PLOT_PATH)
