@@ -147,15 +147,14 @@ def _coflow_periods(records: list[list[dict]]) -> list[float]:
     return [b - a for a, b in zip(lasts, lasts[1:])]
 
 
-def _cpu_seconds(records: list[list[dict]]) -> float:
-    """CPU seconds (user + system, every thread) of all processes' measured part."""
-    return sum(record.get("cpu_seconds", 0.0) for r in records for record in r if record.get("event") == "result")
+MACHINE = "machine_cpu_seconds"   # a result record's field: the machine's busy CPU seconds (rank 0 only)
 
 
-def _machine_cpu_seconds(records: list[list[dict]]) -> float:
-    """The machine's busy CPU seconds over rank 0's timed collectives (transport_roles.machine_busy_seconds)."""
-    return sum(record.get("machine_cpu_seconds", 0.0) for r in records for record in r
-               if record.get("event") == "result")
+def _cpu_seconds(records: list[list[dict]], key: str = "cpu_seconds") -> float:
+    """CPU seconds (user + system, every thread) of all processes' measured part; with
+    key=MACHINE, the machine's busy seconds over rank 0's timed collectives
+    (transport_roles.machine_busy_seconds)."""
+    return sum(record.get(key, 0.0) for r in records for record in r if record.get("event") == "result")
 
 
 def _per_gb(cpu_seconds: float, wire_bytes: float) -> float:
@@ -385,7 +384,7 @@ def bench_allreduce(args) -> int:
                     ceiling = {"wire_ring_seconds": plain, "wire_ring_all_seconds": wire_times,
                                "wire_ring_tcp_counters": wire_tcp, "ratio_vs_wire_ring": ours / plain,
                                "gloo_ratio_vs_wire_ring": theirs / plain, "wire_ring_ratio_vs_line_rate": plain / bound,
-                               "wire_ring_machine_cpu_s_per_gb": _per_gb(_machine_cpu_seconds(wire_records), wire)}
+                               "wire_ring_machine_cpu_s_per_gb": _per_gb(_cpu_seconds(wire_records, MACHINE), wire)}
                 _print(args, {"bench": "allreduce", "workers": workers, "bw": args.bw, "size_bytes": size,
                               "policy": args.policy, "congestion": congestion, "repeat": args.repeat,
                               "seconds": ours, "gloo_seconds": theirs, "line_rate_seconds": bound,
@@ -400,8 +399,8 @@ def bench_allreduce(args) -> int:
                               "compact_headers": not args.full_headers,
                               "cpu_s_per_gb": _per_gb(_cpu_seconds(mine), wire),
                               "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo), wire),
-                              "machine_cpu_s_per_gb": _per_gb(_machine_cpu_seconds(mine), wire),
-                              "gloo_machine_cpu_s_per_gb": _per_gb(_machine_cpu_seconds(gloo), wire), **ceiling})
+                              "machine_cpu_s_per_gb": _per_gb(_cpu_seconds(mine, MACHINE), wire),
+                              "gloo_machine_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo, MACHINE), wire), **ceiling})
     return 0
 
 

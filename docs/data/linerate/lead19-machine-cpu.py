@@ -7,13 +7,12 @@ everything but idle and iowait, by kind in "machine_cpu_by_kind_s") and "machine
 command. Two runs of one bench that move the same bytes can then be compared machine-wide, not only by
 the CPU time their own processes are charged.
 """
+import importlib.util
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-import importlib.util
 
 _spec = importlib.util.spec_from_file_location("htb_cpu", Path(__file__).with_name("lead19-htb-cpu.py"))
 htb_cpu = importlib.util.module_from_spec(_spec)
