@@ -41,6 +41,9 @@ def test_bench_paper_tiny_run_writes_rows_table_chart_and_traces(tmp_path):
     record = json.loads((out / "paper.json").read_text())
     assert record["compute_scale"] == 11.0 and record["calibration"] is None
     assert all(v["all_ok"] for v in record["cpu"]["verification"].values())
+    # the machine's busy share and, apart from it, the share the hypervisor gave other guests (steal)
+    assert 0 <= record["cpu"]["machine_share_run"] <= 1 and 0 <= record["cpu"]["steal_share_run"] < 1
+    assert 0 <= scaling[-1]["cpu_machine_share"] <= 1 and 0 <= scaling[-1]["cpu_steal_share"] < 1
     assert "| alexnet | 10gbe | bbr | geryon |" in (out / "paper.md").read_text()
     assert (out / "paper.png").stat().st_size > 1000
     traces = sorted(p.name for p in timeline.iterdir())

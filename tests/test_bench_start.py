@@ -4,9 +4,11 @@ is timed from it."""
 import threading
 import time
 
+import pytest
 import torch
 
-from geryon.bench.transport_roles import START_LEAD_S, machine_busy_seconds, start_together, time_collectives
+from geryon.bench.paper_math import ProcStat, cpu_share, read_proc_stat, steal_share
+from geryon.bench.transport_roles import START_LEAD_S, machine_seconds, start_together, time_collectives
 
 
 def test_ranks_agree_on_the_latest_arrival_plus_the_lead_and_wake_after_it():
@@ -52,14 +54,31 @@ def test_inputs_are_refilled_in_place_only_after_the_barrier():
     assert work[0].equal(source[0]) and work[0].data_ptr() == buffer   # copied into the same buffer
 
 
-def test_machine_busy_seconds_counts_a_busy_loop():
+def test_machine_seconds_count_a_busy_loop():
     """The machine-wide CPU the allreduce rows report (machine_cpu_s_per_gb) rises by at least what this
     process burns; /proc/stat counts in ticks of 1/SC_CLK_TCK s, so allow two of them."""
-    before, cpu_before = machine_busy_seconds(), time.process_time()
+    before, cpu_before = machine_seconds(), time.process_time()
     while time.process_time() - cpu_before < 0.3:
         pass
     burned = time.process_time() - cpu_before
-    assert machine_busy_seconds() - before >= burned - 0.02
+    after = machine_seconds()
+    assert after.busy - before.busy >= burned - 0.02
+    assert after.steal >= before.steal >= 0
+
+
+def test_steal_is_kept_out_of_busy(tmp_path):
+    """/proc/stat's first line: user nice system idle iowait irq softirq steal guest guest_nice (guest time
+    is already inside user and nice). Steal is another guest's work, so it is in the total, not busy."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 10 50 800 20 5 15 40 7 0\ncpu0 1 2 3 4 5 6 7 8 9 0\n")
+    before = read_proc_stat(str(stat))
+    assert before == ProcStat(busy=180.0, total=1040.0, steal=40.0)
+    stat.write_text("cpu  200 10 50 840 20 5 15 100 7 0\n")
+    after = read_proc_stat(str(stat))
+    assert cpu_share(before, after) == pytest.approx(100 / 200)
+    assert steal_share(before, after) == pytest.approx(60 / 200)
+    stat.write_text("cpu  1 2 3 4\n")             # an old kernel's four fields
+    assert read_proc_stat(str(stat)) == ProcStat(busy=6.0, total=10.0, steal=0.0)
 
 
 def test_only_rank_zero_reports_the_machine_cpu_of_its_timed_collectives():
@@ -68,7 +87,13 @@ def test_only_rank_zero_reports_the_machine_cpu_of_its_timed_collectives():
 
     work, source = [torch.zeros(4)], [torch.ones(4)]
     for rank in (0, 1):
-        times, starts, cpu, machine = time_collectives(rank, 2, 2, alone, lambda: time.sleep(0.01), work, source)
-        assert len(times) == len(starts) == 2 and cpu >= 0
-        assert (machine is None) == (rank != 0)
-        assert machine is None or machine >= 0
+        timed = time_collectives(rank, 2, 2, alone, lambda: time.sleep(0.01), work, source)
+        assert len(timed.times) == len(timed.starts) == 2 and timed.cpu >= 0
+        assert (timed.machine_cpu is None) == (timed.steal is None) == (rank != 0)
+        record = timed.record()
+        if rank == 0:
+            assert timed.machine_cpu >= 0 and len(timed.steal) == 2 and min(timed.steal) >= 0
+            assert record["machine_cpu_seconds"] == timed.machine_cpu and record["all_steal_seconds"] == timed.steal
+        else:
+            assert "machine_cpu_seconds" not in record and "all_steal_seconds" not in record
+        assert record["all_seconds"] == timed.times and record["all_starts"] == timed.starts

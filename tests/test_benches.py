@@ -60,6 +60,9 @@ def test_bench_allreduce_times_the_wire_ring_like_the_collectives():
     assert record["cpu_s_per_gb"] > 0 and record["gloo_cpu_s_per_gb"] > 0
     for key in ("machine_cpu_s_per_gb", "gloo_machine_cpu_s_per_gb", "wire_ring_machine_cpu_s_per_gb"):
         assert record[key] >= 0, key
+    # CPU seconds the hypervisor gave another guest, per timed collective, as all_seconds are listed
+    for key in ("steal_all_seconds", "gloo_steal_all_seconds", "wire_ring_steal_all_seconds"):
+        assert len(record[key]) == 2 and all(s >= 0 for s in record[key]), key
 
 
 def test_bench_allreduce_runs_both_systems_at_the_asked_mtu():

@@ -39,7 +39,7 @@ from geryon.bench.paper_job import JobSpec, PaperJob, role_cpu_seconds
 from geryon.bench.paper_math import (CALIBRATION_CELL, CLASS_THREAD_NICE, COMPUTE_RT_PRIORITY, CONTROL, LINKS,
                                      PAPER_EFFICIENCY, PAPER_SLICING, PAPER_WORKERS, THREAD_RT_PRIORITY,
                                      PaperScale, calibration_step, cpu_share, make_row, read_proc_stat,
-                                     rotated, summarize)
+                                     rotated, steal_share, summarize)
 from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY
 from geryon.errors import ConfigError
 from geryon.netconf.plan import parse_ack_priority
@@ -194,7 +194,9 @@ class PaperBench:
             self.run_model(model)
             if self.on_model_done is not None:     # e.g. write the outputs so far
                 self.on_model_done(self.record())
-        self.cpu["machine_share_run"] = cpu_share(machine_before, read_proc_stat())
+        machine_after = read_proc_stat()
+        self.cpu["machine_share_run"] = cpu_share(machine_before, machine_after)
+        self.cpu["steal_share_run"] = steal_share(machine_before, machine_after)   # another guest's
         return self.record()
 
     def run_model(self, model: str) -> None:
@@ -359,16 +361,19 @@ class PaperBench:
         if s.timeline:
             self.segment(job, policy, scale, congestion, trace=self.trace_path(model, "nolimit", congestion, policy))
         roles = (role_cpu_seconds(job.pids) - before_cpu) / wall
-        machine = cpu_share(before_machine, read_proc_stat())
+        after_machine = read_proc_stat()
+        machine, steal = cpu_share(before_machine, after_machine), steal_share(before_machine, after_machine)
         row = make_row(model=model, link="none", policy=CONTROL, workers=s.workers, layout=s.layout,
                        congestion=congestion, times=times, compute_s=compute, batch=s.batch, scale=scale,
                        vanilla_s=None, extra={"table": "scaling", "control_of": policy,
                                               "cpu_roles_cores": roles, "cpu_machine_share": machine,
+                                              "cpu_steal_share": steal,
                                               "blocked_s": summarize(self.blocked[mark:])["median"],
                                               "link_rate_bits": s.control_rate})
         self.rows.append(row)
         self.cpu.setdefault("control", []).append({"model": model, "congestion": congestion,
-                                                   "roles_cores": roles, "machine_share": machine})
+                                                   "roles_cores": roles, "machine_share": machine,
+                                                   "steal_share": steal})
         self.say(_row_line(row) + f"  CPU: role processes {roles:.2f} of 2 cores, machine "
                  f"{100 * (machine or 0):.0f}% busy")
 

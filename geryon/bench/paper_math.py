@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from geryon.errors import ConfigError
 from geryon.sim import paper as sim_paper
@@ -175,16 +176,31 @@ def make_row(*, model: str, link: str, policy: str, workers: int, layout: str, c
     return row
 
 
-def cpu_share(before: tuple[float, float], after: tuple[float, float]) -> float | None:
-    """Busy fraction of all cores between two (busy, total) jiffy readings of /proc/stat."""
-    total = after[1] - before[1]
-    return None if total <= 0 else (after[0] - before[0]) / total
+class ProcStat(NamedTuple):
+    """All cores' jiffies since boot, from /proc/stat's first line."""
+    busy: float     # user, nice, system, irq, softirq: work this machine did
+    total: float    # busy + idle + iowait + steal
+    steal: float    # time the vCPUs were ready to run and the hypervisor ran another guest
 
 
-def read_proc_stat(path: str = "/proc/stat") -> tuple[float, float]:
-    """(busy, total) jiffies of all cores since boot."""
+def cpu_share(before: ProcStat, after: ProcStat) -> float | None:
+    """Busy fraction of all cores between two /proc/stat readings (steal counts in the total, not as busy)."""
+    total = after.total - before.total
+    return None if total <= 0 else (after.busy - before.busy) / total
+
+
+def steal_share(before: ProcStat, after: ProcStat) -> float | None:
+    """Fraction of all cores' time between two readings that the hypervisor gave to other guests."""
+    total = after.total - before.total
+    return None if total <= 0 else (after.steal - before.steal) / total
+
+
+def read_proc_stat(path: str = "/proc/stat") -> ProcStat:
+    """All cores' busy, total and steal jiffies since boot. On a virtual machine steal is nobody's work
+    here, so it is kept out of `busy`: a busy figure with steal in it rises when a neighbouring guest
+    gets busy."""
     with open(path) as handle:
-        fields = [float(x) for x in handle.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
+        fields = [float(x) for x in handle.readline().split()[1:]] + [0.0] * 8
+    idle, steal = fields[3] + fields[4], fields[7]
     total = sum(fields[:8])
-    return total - idle, total
+    return ProcStat(total - idle - steal, total, steal)

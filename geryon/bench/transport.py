@@ -16,7 +16,11 @@ time.process_time) per GB its transfers put on the wire; allreduce rows give glo
 `machine_cpu_s_per_gb` (gloo's, the wire ring's): every CPU's busy seconds over rank 0's timed
 collectives (/proc/stat), so the kernel's softirq work that no process is charged for counts too. On
 the emulated cluster that includes the switch's forwarding and queues, and any other load on the
-machine; compare systems in the same run.
+machine; compare systems in the same run. Steal time (a virtual machine's vCPUs ready to run while the
+hypervisor runs another guest) is not counted as busy; instead `steal_all_seconds` (gloo's, the wire
+ring's) gives the CPU seconds stolen during each timed collective, in the order of `all_seconds`.
+While a vCPU is stolen every emulated host, switch included, stands still, so a collective slowed by
+steal was slowed by a neighbouring guest, not by the system measured.
     geryon bench priority --servers 2        high-priority burst under low-priority bulk, per policy
                                              (ratio_vs_unloaded)
 Every baseline is measured in the same run, on the same emulated hosts. Needs root.
@@ -155,6 +159,13 @@ def _cpu_seconds(records: list[list[dict]], key: str = "cpu_seconds") -> float:
     key=MACHINE, the machine's busy seconds over rank 0's timed collectives
     (transport_roles.machine_busy_seconds)."""
     return sum(record.get(key, 0.0) for r in records for record in r if record.get("event") == "result")
+
+
+def _steal(records: list[list[dict]]) -> list[float] | None:
+    """Rank 0's CPU seconds stolen by the hypervisor during each timed collective (None: not measured)."""
+    stolen = [record["all_steal_seconds"] for r in records for record in r
+              if record.get("event") == "result" and "all_steal_seconds" in record]
+    return stolen[0] if stolen else None
 
 
 def _per_gb(cpu_seconds: float, wire_bytes: float) -> float:
@@ -384,7 +395,8 @@ def bench_allreduce(args) -> int:
                     ceiling = {"wire_ring_seconds": plain, "wire_ring_all_seconds": wire_times,
                                "wire_ring_tcp_counters": wire_tcp, "ratio_vs_wire_ring": ours / plain,
                                "gloo_ratio_vs_wire_ring": theirs / plain, "wire_ring_ratio_vs_line_rate": plain / bound,
-                               "wire_ring_machine_cpu_s_per_gb": _per_gb(_cpu_seconds(wire_records, MACHINE), wire)}
+                               "wire_ring_machine_cpu_s_per_gb": _per_gb(_cpu_seconds(wire_records, MACHINE), wire),
+                               "wire_ring_steal_all_seconds": _steal(wire_records)}
                 _print(args, {"bench": "allreduce", "workers": workers, "bw": args.bw, "size_bytes": size,
                               "policy": args.policy, "congestion": congestion, "repeat": args.repeat,
                               "seconds": ours, "gloo_seconds": theirs, "line_rate_seconds": bound,
@@ -400,7 +412,8 @@ def bench_allreduce(args) -> int:
                               "cpu_s_per_gb": _per_gb(_cpu_seconds(mine), wire),
                               "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo), wire),
                               "machine_cpu_s_per_gb": _per_gb(_cpu_seconds(mine, MACHINE), wire),
-                              "gloo_machine_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo, MACHINE), wire), **ceiling})
+                              "gloo_machine_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo, MACHINE), wire),
+                              "steal_all_seconds": _steal(mine), "gloo_steal_all_seconds": _steal(gloo), **ceiling})
     return 0
 
 

@@ -23,8 +23,11 @@ import hashlib
 import json
 import os
 import socket
+import statistics
 import sys
 import time
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -119,42 +122,64 @@ def refill_between(barrier, work: list[torch.Tensor], tensors: list[torch.Tensor
         target.copy_(source)
 
 
+class MachineSeconds(NamedTuple):
+    """CPU seconds of every CPU since boot (/proc/stat, which is not per network namespace)."""
+    busy: float    # all but idle, iowait and steal: the ranks, the kernel's softirq work charged to no
+                   # process (on the emulated cluster that includes the switch), and any other load
+    steal: float   # the vCPUs ready to run while the hypervisor ran another guest: nobody's work here,
+                   # but every process of the emulated cluster, its switch included, stood still
+
+
+def machine_seconds() -> MachineSeconds:
+    stat = read_proc_stat()
+    tick = os.sysconf("SC_CLK_TCK")
+    return MachineSeconds(stat.busy / tick, stat.steal / tick)
+
+
+@dataclass
+class Timed:
+    """What `time_collectives` measured. `machine_cpu` and `steal` are rank 0's only (None elsewhere)."""
+    times: list[float]                 # each collective's seconds from the common start
+    starts: list[float]                # the common starts (time.time())
+    cpu: float                         # this process's CPU seconds over its timed parts
+    machine_cpu: float | None          # the machine's busy CPU seconds (`machine_seconds`) over them
+    steal: list[float] | None          # per collective: CPU seconds the hypervisor gave other guests
+
+    def record(self) -> dict:
+        """The result record's fields; `seconds` is the median (the upper one of an even count)."""
+        fields = {"seconds": statistics.median_high(self.times), "all_seconds": self.times,
+                  "all_starts": self.starts, "cpu_seconds": self.cpu}
+        if self.machine_cpu is not None:
+            fields.update(machine_cpu_seconds=self.machine_cpu, all_steal_seconds=self.steal)
+        return fields
+
+
 def time_collectives(rank: int, world: int, iters: int, small_allreduce, collective, work, tensors,
-                     after_each=None) -> tuple[list[float], list[float], float, float | None]:
+                     after_each=None) -> Timed:
     """`iters` timed runs of `collective()` (which reduces `work` in place): before each, `work` is refilled
     from `tensors` after a barrier and every rank starts together. `small_allreduce(t)` sums a small
-    float64 tensor across the ranks (the barrier and the start). Returns each run's seconds from the
-    common start, the starts, the CPU seconds of this process's timed parts, and, on rank 0 only (None
-    elsewhere), the machine's (`machine_busy_seconds`) over rank 0's timed parts; `after_each(i)` runs
-    after run i.
+    float64 tensor across the ranks (the barrier and the start). Rank 0 also reads the machine's busy
+    and stolen CPU (`machine_seconds`, ~20 us) around each run; `after_each(i)` runs after run i.
     """
     flag = torch.zeros(1, dtype=torch.float64)   # the barrier's tensor, kept: a sum of zeros stays zero
-    machine_clock = machine_busy_seconds if rank == 0 else (lambda: 0.0)
-    times, starts, cpu, machine = [], [], 0.0, 0.0
+    machine_clock = machine_seconds if rank == 0 else (lambda: MachineSeconds(0.0, 0.0))
+    times, starts, cpu, machine, steal = [], [], 0.0, 0.0, []
     for i in range(iters):
         refill_between(lambda: small_allreduce(flag), work, tensors)
         started = start_together(rank, world, small_allreduce)
-        cpu_started, machine_started = time.process_time(), machine_clock()   # /proc/stat: ~20 us, rank 0 only
+        cpu_started, machine_started = time.process_time(), machine_clock()
         collective()
         times.append(time.time() - started)
+        machine_ended = machine_clock()
         starts.append(started)
         cpu += time.process_time() - cpu_started
-        machine += machine_clock() - machine_started
+        machine += machine_ended.busy - machine_started.busy
+        steal.append(machine_ended.steal - machine_started.steal)
         if after_each is not None:
             after_each(i)
-    return times, starts, cpu, machine if rank == 0 else None
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds every CPU of the machine has been busy since boot (/proc/stat, all but idle and iowait;
-    /proc/stat is not per network namespace): what the ranks are charged, the kernel's softirq work
-    charged to no process (on the emulated cluster that includes the switch), and any other load."""
-    busy, _ = read_proc_stat()
-    return busy / os.sysconf("SC_CLK_TCK")
-
-
-def _machine_cpu(seconds: float | None) -> dict:
-    return {} if seconds is None else {"machine_cpu_seconds": seconds}
+    if rank != 0:
+        return Timed(times, starts, cpu, None, None)
+    return Timed(times, starts, cpu, machine, steal)
 
 
 def allreduce_inputs(size: int, rank: int, two_classes: bool) -> tuple[list[torch.Tensor], list[int]]:
@@ -179,12 +204,11 @@ def run_allreduce(args) -> None:
                 digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in work)).hexdigest()
                 _emit(event="iteration", size_bytes=size, iteration=i, sha256=digest)
 
-            times, starts, cpu, machine_cpu = time_collectives(
+            timed = time_collectives(
                 args.rank, len(peers), args.iters, lambda t: group.allreduce([t]),
                 lambda: group.allreduce(work, priorities), work, tensors,
                 after_each=checksum if args.checksum else None)
-            _emit(event="result", system="geryon", size_bytes=size, seconds=sorted(times)[len(times) // 2],
-                  all_seconds=times, all_starts=starts, cpu_seconds=cpu, **_machine_cpu(machine_cpu))
+            _emit(event="result", system="geryon", size_bytes=size, **timed.record())
 
 
 def run_gloo(args) -> None:
@@ -198,10 +222,9 @@ def run_gloo(args) -> None:
             tensor = _tensors(size, args.rank)
             work = tensor.clone()
             dist.all_reduce(tensor.clone())
-            times, starts, cpu, machine_cpu = time_collectives(args.rank, args.world, args.iters, dist.all_reduce,
-                                                               lambda: dist.all_reduce(work), [work], [tensor])
-            _emit(event="result", system="gloo", size_bytes=size, seconds=sorted(times)[len(times) // 2],
-                  all_seconds=times, all_starts=starts, cpu_seconds=cpu, **_machine_cpu(machine_cpu))
+            timed = time_collectives(args.rank, args.world, args.iters, dist.all_reduce,
+                                     lambda: dist.all_reduce(work), [work], [tensor])
+            _emit(event="result", system="gloo", size_bytes=size, **timed.record())
     finally:
         dist.destroy_process_group()
 
@@ -280,11 +303,10 @@ def run_wire_ring(args) -> None:
             for size in args.sizes:
                 nbytes = ring_link_bytes(size, args.world)
                 _stream(right, left, nbytes, out, inbox, pool)    # warm-up, as the collectives have
-                times, starts, cpu, machine_cpu = time_collectives(
+                timed = time_collectives(
                     args.rank, args.world, args.iters, dist.all_reduce,
                     lambda: _stream(right, left, nbytes, out, inbox, pool), [], [])
-                _emit(event="result", system="wire-ring", size_bytes=size, seconds=sorted(times)[len(times) // 2],
-                      all_seconds=times, all_starts=starts, cpu_seconds=cpu, **_machine_cpu(machine_cpu))
+                _emit(event="result", system="wire-ring", size_bytes=size, **timed.record())
     finally:
         right.close()
         left.close()
