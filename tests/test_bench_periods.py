@@ -22,3 +22,26 @@ def test_an_early_finisher_carries_the_skew_the_period_does_not():
     assert _coflow_periods(records) == pytest.approx([4.0, 3.6])
     assert _iteration_seconds(records) == pytest.approx([4.0, 4.1])
     assert all(p <= w for p, w in zip(_coflow_periods(records), _iteration_seconds(records)))
+
+
+def test_launches_of_one_system_add_up_in_order():
+    """--interleave gathers a system's collectives over several launches of its roles: times and rank 0's
+    steal in launch order, TCP counters summed per host, every record kept for the CPU sums."""
+    from geryon.bench.transport import MACHINE, _cpu_seconds, _Measured
+
+    def launch(seconds, steal):
+        rank0 = {"event": "result", "all_seconds": [seconds], "all_steal_seconds": [steal], "cpu_seconds": 1.0,
+                 MACHINE: 2.0}
+        rank1 = {"event": "result", "all_seconds": [seconds - 0.1], "cpu_seconds": 1.0}
+        return [[rank0], [rank1]]
+
+    measured = _Measured()
+    for seconds, steal, segs in ((5.0, 0.25, 10), (4.0, 0.0, 7)):
+        records = launch(seconds, steal)
+        measured.add(records, _iteration_seconds(records), {"h1": {"out_segs": segs}, "h2": {"out_segs": 1}})
+    assert measured.times == [5.0, 4.0] and measured.steal == [0.25, 0.0]
+    assert measured.tcp == {"h1": {"out_segs": 17}, "h2": {"out_segs": 2}}
+    assert _cpu_seconds(measured.records) == 4.0 and _cpu_seconds(measured.records, MACHINE) == 4.0
+    unmeasured = _Measured()
+    unmeasured.add([[{"event": "result", "all_seconds": [1.0]}]], [1.0], {})
+    assert unmeasured.steal is None           # roles that report no steal: the row says null

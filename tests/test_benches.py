@@ -65,11 +65,24 @@ def test_bench_allreduce_times_the_wire_ring_like_the_collectives():
         assert len(record[key]) == 2 and all(s >= 0 for s in record[key]), key
 
 
+def test_bench_allreduce_interleaved_times_one_collective_per_launch_in_turn():
+    """--interleave: every system's roles are launched once per timed collective, the systems in turn;
+    the row has as many collectives, steal figures and counters as without it."""
+    [record] = _bench("allreduce", "--workers", "2", "--sizes", "1e5", "--iters", "2", "--congestion", "reno",
+                      "--interleave")
+    assert record["interleave"] is True and record["repeat"] == 2
+    for prefix in ("", "gloo_", "wire_ring_"):
+        assert len(record[prefix + "all_seconds"]) == 2 and len(record[prefix + "steal_all_seconds"]) == 2
+        assert sorted(record[prefix + "tcp_counters"]) == ["h1", "h2"]
+    assert record["seconds"] == sorted(record["all_seconds"])[1] and record["ratio_vs_gloo"] > 0
+    assert record["cpu_s_per_gb"] > 0 and record["machine_cpu_s_per_gb"] >= 0
+
+
 def test_bench_allreduce_runs_both_systems_at_the_asked_mtu():
     records = _bench("allreduce", "--workers", "2", "--sizes", "1e5", "--iters", "1", "--congestion", "reno",
                      "--mtu", "9000", "--no-wire-ring")
     assert len(records) == 1 and records[0]["mtu"] == 9000 and records[0]["ratio_vs_gloo"] > 0
-    assert "wire_ring_seconds" not in records[0]
+    assert "wire_ring_seconds" not in records[0] and records[0]["interleave"] is False
     assert records[0]["ack_priority"] == "own"  # the emulated cluster's default, for gloo and geryon alike
     assert records[0]["offload"] is True
     assert records[0]["header_floor_vs_line_rate"] == pytest.approx(9014 / 8948)

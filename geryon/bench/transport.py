@@ -20,7 +20,11 @@ machine; compare systems in the same run. Steal time (a virtual machine's vCPUs 
 hypervisor runs another guest) is not counted as busy; instead `steal_all_seconds` (gloo's, the wire
 ring's) gives the CPU seconds stolen during each timed collective, in the order of `all_seconds`.
 While a vCPU is stolen every emulated host, switch included, stands still, so a collective slowed by
-steal was slowed by a neighbouring guest, not by the system measured.
+steal was slowed by a neighbouring guest, not by the system measured. Each system runs its --repeat
+collectives in one launch of its roles, geryon's first, then gloo's, then the wire ring's; a slow spell
+of the machine as long as one such block (tens of seconds at 100 MB) then lands on one system only.
+`--interleave` has the systems take turns, one timed collective per launch (each after its own
+untimed warm-up), so such a spell is shared; rows say `interleave`.
     geryon bench priority --servers 2        high-priority burst under low-priority bulk, per policy
                                              (ratio_vs_unloaded)
 Every baseline is measured in the same run, on the same emulated hosts. Needs root.
@@ -54,6 +58,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, field
 
 from geryon.bench import tcpstats
 from geryon.bench.emulated import (BASE_PORT, gloo_placements, ring_placements, role_argv, run_roles,
@@ -364,56 +369,84 @@ def _workers(text: str) -> list[int]:
     return counts
 
 
+@dataclass
+class _Measured:
+    """One system's timed collectives in a row, gathered over one or more launches of its roles."""
+    records: list[list[dict]] = field(default_factory=list)   # per role and launch, its output records
+    times: list[float] = field(default_factory=list)          # per collective, the slowest rank's seconds
+    tcp: dict[str, dict[str, int]] = field(default_factory=dict)   # per host, counters summed over launches
+    steal: list[float] | None = None                         # per collective, rank 0's steal (seconds)
+
+    def add(self, records: list[list[dict]], times: list[float], tcp: dict[str, dict[str, int]]) -> None:
+        self.records += records
+        self.times += times
+        for host, counters in tcp.items():
+            mine = self.tcp.setdefault(host, dict.fromkeys(counters, 0))
+            for name, value in counters.items():
+                mine[name] += value
+        stolen = _steal(records)
+        if stolen is not None:
+            self.steal = (self.steal or []) + stolen
+
+
 def bench_allreduce(args) -> int:
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     rate = parse_rate(args.bw)
+    # --interleave: each system's roles run one timed collective per launch, the systems taking turns
+    launches = [1] * args.repeat if args.interleave else [args.repeat]
     for workers in _workers(args.workers):
         hosts = [f"h{i + 1}" for i in range(workers)]
         with _cluster(workers, args, default_congestion=True) as cluster:
             congestion = cluster.congestion_control(hosts[0])   # gloo's and geryon's flows alike
-
-            def measure(placements, env=None):
-                """One system's roles: their records, per-iteration times and per-host TCP counters."""
-                records, tcp = tcpstats.counted(cluster, hosts, lambda: run_roles(cluster, placements, env=env))
-                return records, _iteration_seconds(records), tcp
+            gloo_env = {"GLOO_SOCKET_IFNAME": "eth0"}
 
             for size in sizes:
-                mine, my_times, tcp = measure(ring_placements(cluster, hosts, workers, "--sizes", size, "--iters",
-                                                              args.repeat, "--policy", args.policy, *_common(args)))
-                gloo, gloo_times, gloo_tcp = measure(gloo_placements(cluster, hosts, workers, "--sizes", size,
-                                                                     "--iters", args.repeat),
-                                                     env={"GLOO_SOCKET_IFNAME": "eth0"})
-                ours, theirs = _median(my_times), _median(gloo_times)
+                systems = {
+                    "geryon": (lambda iters: ring_placements(cluster, hosts, workers, "--sizes", size, "--iters",
+                                                             iters, "--policy", args.policy, *_common(args)), None),
+                    "gloo": (lambda iters: gloo_placements(cluster, hosts, workers, "--sizes", size, "--iters",
+                                                           iters), gloo_env)}
+                if args.wire_ring:
+                    systems["wire"] = (lambda iters: wire_ring_placements(cluster, hosts, workers, "--sizes", size,
+                                                                          "--iters", iters), gloo_env)
+                measured = {name: _Measured() for name in systems}
+                for iters in launches:
+                    for name, (placements, env) in systems.items():
+                        records, tcp = tcpstats.counted(
+                            cluster, hosts, lambda: run_roles(cluster, placements(iters), env=env))
+                        measured[name].add(records, _iteration_seconds(records), tcp)
+                mine, gloo = measured["geryon"], measured["gloo"]
+                ours, theirs = _median(mine.times), _median(gloo.times)
                 bound = ring_bound_seconds(size, workers, rate)
                 wire = 2 * (workers - 1) * size * args.repeat     # every rank sends 2(N-1)/N of the data
                 ceiling = {}
                 if args.wire_ring:
-                    wire_records, wire_times, wire_tcp = measure(
-                        wire_ring_placements(cluster, hosts, workers, "--sizes", size, "--iters", args.repeat),
-                        env={"GLOO_SOCKET_IFNAME": "eth0"})
-                    plain = _median(wire_times)
-                    ceiling = {"wire_ring_seconds": plain, "wire_ring_all_seconds": wire_times,
-                               "wire_ring_tcp_counters": wire_tcp, "ratio_vs_wire_ring": ours / plain,
+                    plain_ring = measured["wire"]
+                    plain = _median(plain_ring.times)
+                    ceiling = {"wire_ring_seconds": plain, "wire_ring_all_seconds": plain_ring.times,
+                               "wire_ring_tcp_counters": plain_ring.tcp, "ratio_vs_wire_ring": ours / plain,
                                "gloo_ratio_vs_wire_ring": theirs / plain, "wire_ring_ratio_vs_line_rate": plain / bound,
-                               "wire_ring_machine_cpu_s_per_gb": _per_gb(_cpu_seconds(wire_records, MACHINE), wire),
-                               "wire_ring_steal_all_seconds": _steal(wire_records)}
+                               "wire_ring_machine_cpu_s_per_gb": _per_gb(_cpu_seconds(plain_ring.records, MACHINE),
+                                                                         wire),
+                               "wire_ring_steal_all_seconds": plain_ring.steal}
                 _print(args, {"bench": "allreduce", "workers": workers, "bw": args.bw, "size_bytes": size,
                               "policy": args.policy, "congestion": congestion, "repeat": args.repeat,
+                              "interleave": args.interleave,
                               "seconds": ours, "gloo_seconds": theirs, "line_rate_seconds": bound,
-                              "all_seconds": my_times, "gloo_all_seconds": gloo_times,
-                              # per host, over each system's whole run (warm-up and set-up too)
-                              "tcp_counters": tcp, "gloo_tcp_counters": gloo_tcp,
+                              "all_seconds": mine.times, "gloo_all_seconds": gloo.times,
+                              # per host, over each system's launches (their warm-ups and set-up too)
+                              "tcp_counters": mine.tcp, "gloo_tcp_counters": gloo.tcp,
                               "ratio_vs_gloo": ours / theirs, "ratio_vs_line_rate": ours / bound,
                               "gloo_ratio_vs_line_rate": theirs / bound,
                               "header_floor_vs_line_rate": header_floor(args.mtu),
                               "slice_bytes": args.slice_bytes,
                               "max_slice_bytes": _max_slice_bytes(args),
                               "compact_headers": not args.full_headers,
-                              "cpu_s_per_gb": _per_gb(_cpu_seconds(mine), wire),
-                              "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo), wire),
-                              "machine_cpu_s_per_gb": _per_gb(_cpu_seconds(mine, MACHINE), wire),
-                              "gloo_machine_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo, MACHINE), wire),
-                              "steal_all_seconds": _steal(mine), "gloo_steal_all_seconds": _steal(gloo), **ceiling})
+                              "cpu_s_per_gb": _per_gb(_cpu_seconds(mine.records), wire),
+                              "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo.records), wire),
+                              "machine_cpu_s_per_gb": _per_gb(_cpu_seconds(mine.records, MACHINE), wire),
+                              "gloo_machine_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo.records, MACHINE), wire),
+                              "steal_all_seconds": mine.steal, "gloo_steal_all_seconds": gloo.steal, **ceiling})
     return 0
 
 
@@ -500,6 +533,11 @@ def add_benches(bench) -> None:
     parser.add_argument("--no-wire-ring", dest="wire_ring", action="store_false",
                         help="skip the wire's ceiling: plain TCP streams of the bytes each ring link carries, "
                         "timed like the collectives (wire_ring_seconds, ratio_vs_wire_ring)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="the systems take turns: each launch of a system's roles times one collective "
+                        "(after its untimed warm-up), geryon, gloo and the wire ring in turn, --repeat rounds; "
+                        "a slow spell of the machine then falls on every system, not on one system's block. "
+                        "Costs a launch and a warm-up per collective")
     parser.set_defaults(func=bench_allreduce)
 
     parser = bench.add_parser("priority", help="high-priority burst under bulk from S servers")
