@@ -6,7 +6,7 @@ parameters of --mode allreduce."""
 import pytest
 import torch
 
-from launch_support import PYTHON, REPO, run_launcher, run_stoppable
+from launch_support import EXIT_ABORT, PYTHON, REPO, run_launcher, run_stoppable
 
 pytestmark = pytest.mark.slow
 
@@ -160,8 +160,16 @@ def test_ps_mode_without_servers_clips_the_averaged_gradient(single):
             for process in processes:
                 process.kill()
                 process.wait()
-        assert [p.returncode for p in processes] == [0, 0], outputs[0][1][-2000:] + outputs[1][1][-2000:]
+        codes = [p.returncode for p in processes]
+        aborted = [rank for rank, code in enumerate(codes) if code != 0]
+        # PyTorch's gloo can abort a rank at interpreter exit, after its work (EXIT_ABORT): check the
+        # results, then report it; any other failure fails here
+        assert all(codes[rank] == -6 and EXIT_ABORT in outputs[rank][1] for rank in aborted), \
+            f"exit codes {codes}\n" + outputs[0][1][-2000:] + outputs[1][1][-2000:]
         _assert_same(_load(out), single("torch_clip"))
+    if aborted:
+        pytest.xfail(f"training checked and right, but rank(s) {aborted} aborted at exit with {EXIT_ABORT!r} "
+                     "(PyTorch's gloo teardown, docs/ddp-compat.md)")
 
 
 @pytest.mark.parametrize("flags", [[], ["--ps-optimizer", "worker"]], ids=["servers", "workers"])
