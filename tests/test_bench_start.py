@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from geryon.bench.paper_math import ProcStat, cpu_share, read_proc_stat, steal_share
+from geryon.bench.paper_math import ProcStat, cpu_share, read_proc_stat
 from geryon.bench.transport_roles import START_LEAD_S, machine_seconds, start_together, time_collectives
 
 
@@ -76,7 +76,7 @@ def test_steal_is_kept_out_of_busy(tmp_path):
     stat.write_text("cpu  200 10 50 840 20 5 15 100 7 0\n")
     after = read_proc_stat(str(stat))
     assert cpu_share(before, after) == pytest.approx(100 / 200)
-    assert steal_share(before, after) == pytest.approx(60 / 200)
+    assert cpu_share(before, after, "steal") == pytest.approx(60 / 200)
     stat.write_text("cpu  1 2 3 4\n")             # an old kernel's four fields
     assert read_proc_stat(str(stat)) == ProcStat(busy=6.0, total=10.0, steal=0.0)
 

@@ -39,7 +39,7 @@ from geryon.bench.paper_job import JobSpec, PaperJob, role_cpu_seconds
 from geryon.bench.paper_math import (CALIBRATION_CELL, CLASS_THREAD_NICE, COMPUTE_RT_PRIORITY, CONTROL, LINKS,
                                      PAPER_EFFICIENCY, PAPER_SLICING, PAPER_WORKERS, THREAD_RT_PRIORITY,
                                      PaperScale, calibration_step, cpu_share, make_row, read_proc_stat,
-                                     rotated, steal_share, summarize)
+                                     rotated, summarize)
 from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY
 from geryon.errors import ConfigError
 from geryon.netconf.plan import parse_ack_priority
@@ -196,7 +196,7 @@ class PaperBench:
                 self.on_model_done(self.record())
         machine_after = read_proc_stat()
         self.cpu["machine_share_run"] = cpu_share(machine_before, machine_after)
-        self.cpu["steal_share_run"] = steal_share(machine_before, machine_after)   # another guest's
+        self.cpu["steal_share_run"] = cpu_share(machine_before, machine_after, "steal")   # another guest's
         return self.record()
 
     def run_model(self, model: str) -> None:
@@ -362,7 +362,7 @@ class PaperBench:
             self.segment(job, policy, scale, congestion, trace=self.trace_path(model, "nolimit", congestion, policy))
         roles = (role_cpu_seconds(job.pids) - before_cpu) / wall
         after_machine = read_proc_stat()
-        machine, steal = cpu_share(before_machine, after_machine), steal_share(before_machine, after_machine)
+        machine, steal = cpu_share(before_machine, after_machine), cpu_share(before_machine, after_machine, "steal")
         row = make_row(model=model, link="none", policy=CONTROL, workers=s.workers, layout=s.layout,
                        congestion=congestion, times=times, compute_s=compute, batch=s.batch, scale=scale,
                        vanilla_s=None, extra={"table": "scaling", "control_of": policy,

@@ -183,16 +183,12 @@ class ProcStat(NamedTuple):
     steal: float    # time the vCPUs were ready to run and the hypervisor ran another guest
 
 
-def cpu_share(before: ProcStat, after: ProcStat) -> float | None:
-    """Busy fraction of all cores between two /proc/stat readings (steal counts in the total, not as busy)."""
+def cpu_share(before: ProcStat, after: ProcStat, field: str = "busy") -> float | None:
+    """Fraction of all cores' time between two /proc/stat readings that went to `field`: "busy" (this
+    machine's work; steal counts in the total, not as busy) or "steal" (the hypervisor running other
+    guests). None when no time passed."""
     total = after.total - before.total
-    return None if total <= 0 else (after.busy - before.busy) / total
-
-
-def steal_share(before: ProcStat, after: ProcStat) -> float | None:
-    """Fraction of all cores' time between two readings that the hypervisor gave to other guests."""
-    total = after.total - before.total
-    return None if total <= 0 else (after.steal - before.steal) / total
+    return None if total <= 0 else (getattr(after, field) - getattr(before, field)) / total
 
 
 def read_proc_stat(path: str = "/proc/stat") -> ProcStat:
