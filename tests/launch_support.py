@@ -76,10 +76,15 @@ def run_plain_torchrun(script, args, workers: int, timeout: float) -> tuple[subp
     if result.returncode == 0:
         return result, ""
     if only_exit_abort(result.stderr):
-        return result, (f"training checked and right, but a rank aborted at exit with {EXIT_ABORT!r} "
-                        "(PyTorch's gloo teardown, docs/ddp-compat.md)")
+        return result, exit_abort_reason("a rank")
     raise AssertionError(f"torchrun exited {result.returncode}\nstdout:\n{result.stdout[-2000:]}\n"
                          f"stderr:\n{result.stderr[-3000:]}")
+
+
+def exit_abort_reason(who: str) -> str:
+    """What a test reports (xfail) when `who` ended on EXIT_ABORT after its results were checked."""
+    return (f"training checked and right, but {who} aborted at exit with {EXIT_ABORT!r} "
+            "(PyTorch's gloo teardown, docs/ddp-compat.md)")
 
 
 def only_exit_abort(torchrun_stderr: str) -> bool:

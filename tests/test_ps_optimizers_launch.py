@@ -6,7 +6,7 @@ parameters of --mode allreduce."""
 import pytest
 import torch
 
-from launch_support import EXIT_ABORT, PYTHON, REPO, run_launcher, run_stoppable
+from launch_support import EXIT_ABORT, PYTHON, REPO, exit_abort_reason, run_launcher, run_stoppable
 
 pytestmark = pytest.mark.slow
 
@@ -168,8 +168,7 @@ def test_ps_mode_without_servers_clips_the_averaged_gradient(single):
             f"exit codes {codes}\n" + outputs[0][1][-2000:] + outputs[1][1][-2000:]
         _assert_same(_load(out), single("torch_clip"))
     if aborted:
-        pytest.xfail(f"training checked and right, but rank(s) {aborted} aborted at exit with {EXIT_ABORT!r} "
-                     "(PyTorch's gloo teardown, docs/ddp-compat.md)")
+        pytest.xfail(exit_abort_reason(f"rank(s) {aborted}"))
 
 
 @pytest.mark.parametrize("flags", [[], ["--ps-optimizer", "worker"]], ids=["servers", "workers"])

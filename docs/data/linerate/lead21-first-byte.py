@@ -38,8 +38,8 @@ for i, start in enumerate(results[0]["all_starts"]):
     queued = [first(ev, "queued", start) for ev in events]
     began = [first(ev, "send_start", start) for ev in events]
     hand = [b - q for q, b in zip(queued, began)]
-    for name, values in zip(list(every), (queued, began, hand)):
-        every[name].extend(values)
+    for pooled, values in zip(every.values(), (queued, began, hand)):
+        pooled.extend(values)
     seconds = max(r["all_seconds"][i] for r in results)
     print(f"{ranks} x {size:.0e}: {seconds:.4f} s  first queued max {max(queued):5.2f} median "
           f"{statistics.median(queued):5.2f}  first send_start max {max(began):5.2f} median "
