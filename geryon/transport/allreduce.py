@@ -13,7 +13,8 @@ the collective starts (`_own_chunk`): the send order is that of queuing them all
 leaves at once. A slice's header carries its offset and length, and the receiver forwards what it
 got, so ranks need not cut alike. A reduce-scatter slice lands in that flow's own scratch buffer
 (reused, so it stays in cache) and is added in place into the bucket; an all-gather slice lands
-straight in the bucket. Nothing the size of a bucket is allocated per collective.
+straight in the bucket. Nothing the size of a bucket is allocated per collective. A call with the
+same tensors as an earlier one reuses that call's plan and views (`geryon.transport.prepared`).
 
 Reduction order (deterministic, bit-exact): chunk c is summed along the ring starting at rank c,
     ((x_c + x_{c+1}) + x_{c+2}) + ... + x_{c+world-1}      (indices mod world)
@@ -40,6 +41,7 @@ from geryon.transport.buckets import (Bucket, chunk_bounds, normalize_priorities
                                       plan_buckets, plan_digest)
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
+from geryon.transport.prepared import PreparedCache, prepare, reusable
 from geryon.transport.wire import Kind, byte_view, dtype_code, encode_control, encode_header
 
 log = logging.getLogger(__name__)
@@ -85,11 +87,13 @@ class _BucketRun:
     got_ag: int = 0
     sent: int = 0
     counted: bool = False      # already subtracted from the collective's `remaining`
+    acc_bytes: memoryview | None = None   # a byte view of `acc`; made here when not given
 
     def __post_init__(self):
         # made once per collective, not once per slice
         self.dtype_code = dtype_code(self.bucket.dtype)
-        self.acc_bytes = byte_view(self.acc)
+        if self.acc_bytes is None:
+            self.acc_bytes = byte_view(self.acc)
 
     def slice_of(self, data: memoryview, offset: int, length: int) -> memoryview:
         """Bytes of elements [offset, offset + length) of `acc_bytes`."""
@@ -148,6 +152,7 @@ class AllreduceGroup(PoolOwner):
         self._digests: dict[int, dict[int, bytes]] = {}
         self._aborted = False
         self._inboxes: dict[object, _Inbox] = {}   # per receiving flow
+        self._prepared = PreparedCache()
         self.link_rate: float | None = None       # bytes/s of the last bandwidth-bound collective
         self.pool = None
         if world == 1:
@@ -168,13 +173,19 @@ class AllreduceGroup(PoolOwner):
         if op not in ("sum", "avg"):
             raise ConfigError(f"allreduce op {op!r}: use 'sum' or 'avg'")
         tensors = list(tensors)
+        prepared = self._prepared.get(tensors, priorities, op) if self.world > 1 else None
+        if prepared is not None:    # these tensors again: planned, checked and viewed before
+            collective = self._start(self._take_seq(), prepared.buckets, prepared.flats, op == "avg",
+                                     prepared.views)
+            return AllreduceWork(self, collective, tensors, lambda: None)
         prios = normalize_priorities(len(tensors), priorities, self.config.classes)
         buckets = plan_buckets(tensors, prios, self.config.bucket_bytes)
         for bucket in buckets:
             dtype_code(bucket.dtype)
             if op == "avg" and not bucket.dtype.is_floating_point:
                 raise ConfigError(f"op='avg' needs floating-point tensors, not {bucket.dtype}")
-        flats = [self._flatten(tensors, bucket) for bucket in buckets]
+        prepared = prepare(tensors, buckets) if self.world > 1 and reusable(tensors, buckets) else None
+        flats = prepared.flats if prepared else [self._flatten(tensors, bucket) for bucket in buckets]
 
         def finish():
             for bucket, flat in zip(buckets, flats):
@@ -189,13 +200,19 @@ class AllreduceGroup(PoolOwner):
                 for flat in flats:
                     flat.div_(1)
             return AllreduceWork(self, None, tensors, finish)
-        seq = self._next_seq
-        self._next_seq += 1
+        seq = self._take_seq()
         digest = plan_digest(buckets, self.world, self.policy.name)
         if digest not in self._verified:
             self._verify_plan(seq, digest)
-        collective = self._start(seq, buckets, flats, op == "avg")
+        if prepared is not None:    # kept once the ranks have agreed on its plan
+            self._prepared.put(tensors, priorities, op, prepared)
+        collective = self._start(seq, buckets, flats, op == "avg", prepared.views if prepared else None)
         return AllreduceWork(self, collective, tensors, finish)
+
+    def _take_seq(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
 
     def flow_failed(self, flow, exc) -> None:
         """A neighbour's connection broke: pass the news round the ring (ABORT to the other side)."""
@@ -248,16 +265,19 @@ class AllreduceGroup(PoolOwner):
                 return tensor.view(-1)
         return torch.cat([tensors[e.index].detach().reshape(-1) for e in bucket.entries])
 
-    def _start(self, seq: int, buckets: list[Bucket], flats, average: bool) -> _Collective:
+    def _start(self, seq: int, buckets: list[Bucket], flats, average: bool, views=None) -> _Collective:
+        """Register collective `seq` and queue this rank's first pieces. `views[i]`: a byte view of
+        `flats[i]` made before (None: made here)."""
         n, r = self.world, self.rank
         runs = []
-        for bucket, flat in zip(buckets, flats):
+        for i, (bucket, flat) in enumerate(zip(buckets, flats)):
             bounds = chunk_bounds(bucket.numel, n)
             size = [e - s for s, e in bounds]
             runs.append(_BucketRun(bucket, flat, [s for s, _ in bounds],
                                    expect_rs=bucket.numel - size[r],
                                    expect_ag=bucket.numel - size[(r + 1) % n],
-                                   expect_sent=2 * bucket.numel - size[(r + 1) % n] - size[(r + 2) % n]))
+                                   expect_sent=2 * bucket.numel - size[(r + 1) % n] - size[(r + 2) % n],
+                                   acc_bytes=views[i] if views is not None else None))
         data = sum(b.numel * b.dtype.itemsize for b in buckets)
         collective = _Collective(seq, runs, average, remaining=len(runs), link_bytes=2 * (n - 1) / n * data)
         with self.pool.cond:
