@@ -2,9 +2,9 @@
 own-chunk chain onward): per row, how often each target was met, and all single collectives pooled.
 With a path, also plot every single collective of each system against the ring line-rate bound.
 Later runs are added by name (the stem of their .jsonl here); the seventeenth session's table is the
-run without them.
+run without them. With --only, just the runs named (the twenty-second session's code on its own).
 
-    python docs/data/linerate/lead17-pooled.py [LATER_RUN ...] [docs/img/linerate-pooled-100mbit.png]
+    python docs/data/linerate/lead17-pooled.py [--only] [LATER_RUN ...] [docs/img/linerate-pooled-100mbit.png]
 """
 import json
 import pathlib
@@ -15,7 +15,9 @@ HERE = pathlib.Path(__file__).parent
 RUNS = [f"lead12-allreduce-100mbit-{r}" for r in "ijmn"] + [f"lead13-allreduce-100mbit-{r}" for r in "op"] \
     + ["lead14-allreduce-100mbit-q"] + [f"lead16-allreduce-100mbit-{r}" for r in "abc"] \
     + [f"lead17-allreduce-100mbit-{r}" for r in "abcd"]
-RUNS += [arg for arg in sys.argv[1:] if not arg.endswith(".png")]
+if "--only" in sys.argv:
+    RUNS = []
+RUNS += [arg for arg in sys.argv[1:] if not arg.endswith(".png") and arg != "--only"]
 PLOT_PATH = next((arg for arg in sys.argv[1:] if arg.endswith(".png")), None)
 
 rows: dict[tuple[int, int], list[dict]] = {}
