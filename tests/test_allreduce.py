@@ -219,3 +219,20 @@ def test_continuation_headers_save_36_bytes_a_piece_and_ranks_need_not_agree_on_
     saved = [f - c for f, c in zip(full, compact)]
     assert all(s > 0 and s % (HEADER_SIZE - CONTINUATION_SIZE) == 0 for s in saved)
     assert mixed[0] == full[0] and all(m < f for m, f in zip(mixed[1:], full[1:]))
+
+
+def test_parameters_are_reduced_in_place_outside_autograd():
+    """Model averaging allreduces parameters (leaves that require grad): a big one in a bucket of its
+    own and small ones batched. Both paths write in place without autograd's in-place check."""
+    config = TransportConfig(secret="t", slice_bytes=1024, bucket_bytes=4096)
+    inputs = _inputs(3, torch.float32, seed=4)
+
+    def body(group):
+        params = [torch.nn.Parameter(t.clone()) for t in inputs[group.rank]]
+        group.allreduce(params, PRIORITIES, op="avg")
+        return [p.detach().clone() for p in params], [p.requires_grad for p in params]
+
+    want = reference_allreduce_tensors(inputs, PRIORITIES, "avg", 4096)
+    for got, requires_grad in serve_world_of_threads(3, config, body):
+        assert all(torch.equal(g, w) for g, w in zip(got, want))
+        assert all(requires_grad)

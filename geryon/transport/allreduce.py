@@ -166,7 +166,8 @@ class AllreduceGroup(PoolOwner):
 
     # -- public API ---------------------------------------------------------------------------
     def allreduce(self, tensors, priorities=None, op: str = "sum") -> list[torch.Tensor]:
-        """Reduce `tensors` in place across all ranks and return them."""
+        """Reduce `tensors` in place across all ranks and return them. Tensors that require grad
+        (parameters) are reduced in place outside autograd, as torch.distributed's collectives do."""
         return self.allreduce_async(tensors, priorities, op).wait()
 
     def allreduce_async(self, tensors, priorities=None, op: str = "sum") -> AllreduceWork:
@@ -192,7 +193,7 @@ class AllreduceGroup(PoolOwner):
                 if len(bucket.entries) == 1 and flat.data_ptr() == tensors[bucket.entries[0].index].data_ptr():
                     continue
                 for entry in bucket.entries:
-                    target = tensors[entry.index]
+                    target = tensors[entry.index].detach()    # parameters too: in place, outside autograd
                     target.copy_(flat[entry.offset:entry.offset + entry.numel].view_as(target))
 
         if self.world == 1:
@@ -262,7 +263,7 @@ class AllreduceGroup(PoolOwner):
         if len(bucket.entries) == 1:
             tensor = tensors[bucket.entries[0].index]
             if tensor.is_contiguous():
-                return tensor.view(-1)
+                return tensor.detach().view(-1)
         return torch.cat([tensors[e.index].detach().reshape(-1) for e in bucket.entries])
 
     def _start(self, seq: int, buckets: list[Bucket], flats, average: bool, views=None) -> _Collective:
