@@ -12,9 +12,11 @@ reused they cost 0.2 ms (docs/transport-profile.md, twenty-second session).
 `PreparedCache` keeps them per list of tensor objects, priorities and op, and checks at each use
 that the objects, their memory, shapes, strides and dtypes are those it was made for. It holds each
 tensor only by a weak reference, and what it keeps refers to the memory, not to the tensor object:
-when the caller's tensor goes, its entry goes with it, so the cache never keeps memory alive that
-the caller has let go of. An entry is kept only once the ranks have agreed on its plan, so a call
-it serves skips nothing that the first call with that plan did not check.
+when the caller's tensor goes, its entry goes with it, so the cache keeps no memory alive past the
+tensors it was made for. (A tensor given other memory in place, `tensor.data = ...`, leaves its old
+memory held until its next allreduce replaces the entry, or until the tensor goes.) An entry is
+kept only once the ranks have agreed on its plan, so a call it serves skips nothing that the first
+call with that plan did not check.
 """
 
 from __future__ import annotations
