@@ -41,7 +41,7 @@ from geryon.transport.buckets import (Bucket, chunk_bounds, normalize_priorities
                                       plan_buckets, plan_digest)
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
-from geryon.transport.prepared import PreparedCache, prepare, reusable
+from geryon.transport.prepared import PreparedCache, memory_flat, prepare, reusable
 from geryon.transport.wire import Kind, byte_view, dtype_code, encode_control, encode_header
 
 log = logging.getLogger(__name__)
@@ -263,7 +263,7 @@ class AllreduceGroup(PoolOwner):
         if len(bucket.entries) == 1:
             tensor = tensors[bucket.entries[0].index]
             if tensor.is_contiguous():
-                return tensor.detach().view(-1)
+                return memory_flat(tensor)
         return torch.cat([tensors[e.index].detach().reshape(-1) for e in bucket.entries])
 
     def _start(self, seq: int, buckets: list[Bucket], flats, average: bool, views=None) -> _Collective:
