@@ -1,6 +1,7 @@
 """Ring allreduce on loopback (ranks as threads, real sockets): bit-exact against torch."""
 
 import socket
+import warnings
 
 import pytest
 import torch
@@ -60,6 +61,54 @@ def test_matches_plain_sum_for_integers():
     results = serve_world_of_threads(4, config, lambda g: g.allreduce([inputs[g.rank][0].clone()]))
     for (got,) in results:
         assert torch.equal(got, torch.arange(1000, dtype=torch.int64) * 10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int32, torch.int8,
+                                   torch.uint8])
+def test_special_values_and_wraparound_are_exact_and_silent(dtype):
+    """The reduction runs through numpy for these dtypes: it gives torch's bits for inf - inf, nan,
+    overflow to inf and integer wraparound, and raises no numpy warnings (made errors here). A
+    float16 NaN's sign depends on where torch's own vectorized loop ends (geryon.transport.elementwise),
+    so float16 NaNs are compared as NaNs."""
+    config = TransportConfig(secret="t", slice_bytes=1024, bucket_bytes=4096, timeout=20)
+    world, generator = 3, torch.Generator().manual_seed(3)
+    inputs = []
+    for rank in range(world):
+        if dtype.is_floating_point:
+            values = torch.randn(5000, generator=generator, dtype=torch.float64) * 1e3
+            specials = torch.tensor([float("inf"), -float("inf"), float("nan")] * 10)
+            values[:30] = specials[torch.randperm(30, generator=generator)]
+            values[30:40] = torch.finfo(dtype).max * (1 if rank % 2 else 0.75)
+        else:
+            info = torch.iinfo(dtype)
+            values = torch.randint(info.min, info.max + 1, (5000,), generator=generator, dtype=torch.int64)
+        inputs.append([values.to(dtype)])
+
+    def body(group):
+        summed = [inputs[group.rank][0].clone()]
+        group.allreduce(summed)
+        averaged = [inputs[group.rank][0].clone()]
+        if dtype.is_floating_point:
+            group.allreduce(averaged, op="avg")
+        return summed[0], averaged[0]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        results = serve_world_of_threads(world, config, body)
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
+    want_sum = reference_allreduce_tensors(inputs, None, "sum", 4096)[0]
+    want_avg = reference_allreduce_tensors(inputs, None, "avg", 4096)[0] if dtype.is_floating_point else None
+    assert want_sum.isinf().any() or not dtype.is_floating_point
+    if dtype == torch.float16:
+        want_sum[want_sum.isnan()] = float("nan")
+        want_avg[want_avg.isnan()] = float("nan")
+    for summed, averaged in results:
+        if dtype == torch.float16:
+            summed[summed.isnan()] = float("nan")
+            averaged[averaged.isnan()] = float("nan")
+        assert torch.equal(summed.view(bits), want_sum.view(bits))
+        if want_avg is not None:
+            assert torch.equal(averaged.view(bits), want_avg.view(bits))
 
 
 def test_plan_mismatch_fails_clearly_on_every_rank():

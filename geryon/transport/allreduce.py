@@ -33,6 +33,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from geryon.errors import ConfigError, PeerAborted, ProtocolError
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 
 BANDWIDTH_BOUND_SLICES = 16   # a collective moving fewer slice_bytes than this gives no rate
 PIECES_PER_CHUNK = 4          # a piece is at most this fraction of a chunk: the ring still pipelines
+_UNSET = object()
 
 
 def piece_bytes(config: TransportConfig, link_rate: float | None, chunk_bytes: int) -> int:
@@ -66,12 +68,14 @@ class _Inbox:
     the frame whose payload is being read (looked up once, in `destination`)."""
     scratch: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.uint8))
     view: memoryview = field(default_factory=lambda: memoryview(bytearray(0)))
+    array: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint8))   # over `scratch`
     frame: tuple | None = None
 
     def landing(self, nbytes: int) -> memoryview:
         if len(self.view) < nbytes:
             self.scratch = torch.empty(nbytes, dtype=torch.uint8)
             self.view = byte_view(self.scratch)
+            self.array = self.scratch.numpy()
         return self.view[:nbytes]
 
 
@@ -94,6 +98,14 @@ class _BucketRun:
         self.dtype_code = dtype_code(self.bucket.dtype)
         if self.acc_bytes is None:
             self.acc_bytes = byte_view(self.acc)
+        self._acc_array = _UNSET
+
+    def acc_array(self) -> np.ndarray | None:
+        """`acc` as a numpy array (None: its dtype is reduced with torch), made at the first slice
+        that needs it, on a receiving thread, so starting a collective does not pay for it."""
+        if self._acc_array is _UNSET:
+            self._acc_array = elementwise.array_of(self.acc)
+        return self._acc_array
 
     def slice_of(self, data: memoryview, offset: int, length: int) -> memoryview:
         """Bytes of elements [offset, offset + length) of `acc_bytes`."""
@@ -411,11 +423,9 @@ class AllreduceGroup(PoolOwner):
         (collective, run, c), inbox.frame = inbox.frame, None
         offset, length, n, r = header.offset, header.length, self.world, self.rank
         if header.kind == Kind.REDUCE:
-            target = run.acc[offset:offset + length]
-            elementwise.add_(target, inbox.scratch[:header.payload_len].view(run.bucket.dtype))
-            if c == (r + 1) % n:
-                if collective.average:
-                    elementwise.div_(target, n)
+            owner = c == (r + 1) % n
+            self._reduce(run, inbox, offset, length, header.payload_len, n if owner and collective.average else None)
+            if owner:
                 self._send(collective, run, Kind.GATHER, offset, length)
             else:
                 self._send(collective, run, Kind.REDUCE, offset, length)
@@ -430,6 +440,22 @@ class AllreduceGroup(PoolOwner):
                 raise ProtocolError(f"{flow.name} sent bucket {run.bucket.id} data twice")
             collective.last_progress = time.monotonic()
             self._check_done(collective, run)
+
+    @staticmethod
+    def _reduce(run: _BucketRun, inbox: _Inbox, offset: int, length: int, nbytes: int, divisor) -> None:
+        """Add the slice in `inbox` (nbytes) into elements [offset, offset + length) of the bucket,
+        then divide them by `divisor` (None: no division); numpy where it computes torch's bits."""
+        acc = run.acc_array()
+        if acc is not None:
+            target = acc[offset:offset + length]
+            elementwise.add_array_(target, inbox.array[:nbytes].view(acc.dtype))
+            if divisor is not None:
+                elementwise.div_array_(target, divisor)
+            return
+        target = run.acc[offset:offset + length]
+        elementwise.add_(target, inbox.scratch[:nbytes].view(run.bucket.dtype))
+        if divisor is not None:
+            elementwise.div_(target, divisor)
 
 
 def reference_allreduce(inputs: list[torch.Tensor], op: str = "sum") -> torch.Tensor:
