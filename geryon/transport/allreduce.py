@@ -32,6 +32,7 @@ import bisect
 import logging
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -49,7 +50,6 @@ log = logging.getLogger(__name__)
 
 BANDWIDTH_BOUND_SLICES = 16   # a collective moving fewer slice_bytes than this gives no rate
 PIECES_PER_CHUNK = 4          # a piece is at most this fraction of a chunk: the ring still pipelines
-_UNSET = object()
 
 
 def piece_bytes(config: TransportConfig, link_rate: float | None, chunk_bytes: int) -> int:
@@ -98,14 +98,12 @@ class _BucketRun:
         self.dtype_code = dtype_code(self.bucket.dtype)
         if self.acc_bytes is None:
             self.acc_bytes = byte_view(self.acc)
-        self._acc_array = _UNSET
 
+    @cached_property
     def acc_array(self) -> np.ndarray | None:
         """`acc` as a numpy array (None: its dtype is reduced with torch), made at the first slice
         that needs it, on a receiving thread, so starting a collective does not pay for it."""
-        if self._acc_array is _UNSET:
-            self._acc_array = elementwise.array_of(self.acc)
-        return self._acc_array
+        return elementwise.array_of(self.acc)
 
     def slice_of(self, data: memoryview, offset: int, length: int) -> memoryview:
         """Bytes of elements [offset, offset + length) of `acc_bytes`."""
@@ -445,7 +443,7 @@ class AllreduceGroup(PoolOwner):
     def _reduce(run: _BucketRun, inbox: _Inbox, offset: int, length: int, nbytes: int, divisor) -> None:
         """Add the slice in `inbox` (nbytes) into elements [offset, offset + length) of the bucket,
         then divide them by `divisor` (None: no division); numpy where it computes torch's bits."""
-        acc = run.acc_array()
+        acc = run.acc_array
         if acc is not None:
             target = acc[offset:offset + length]
             elementwise.add_array_(target, inbox.array[:nbytes].view(acc.dtype))

@@ -13,7 +13,7 @@ The allreduce's per-slice reduction goes through numpy instead where numpy compu
 (`array_of`, `add_array_`, `div_array_`): numpy runs on the calling thread, releases the GIL, and
 costs a few calls where torch's path costs about ten. That matters because a slice lands about every
 20 ms at 100 Mbit/s, and a call after such a gap runs with cold caches: measured here, reducing a
-256 KiB slice took 255 µs through torch and 97 µs through numpy (docs/transport-profile.md,
+256 KiB slice after a 20 ms gap took 289 µs through torch and 157 µs through numpy (docs/transport-profile.md,
 twenty-third session). For float32 and float64, IEEE addition and division round once in either
 library, and both leave NaNs as the processor makes them; integers wrap in both. float16 is added
 and divided in float32 and rounded to half by both, which is exact since float32 has more than twice

@@ -24,7 +24,7 @@ acc = torch.randn(ELEMENTS)
 runs = {}
 for path in ("torch", "numpy"):
     runs[path] = _BucketRun(bucket, acc, [0], expect_rs=0, expect_ag=0, expect_sent=0)
-runs["torch"]._acc_array = None            # the torch path, as a bfloat16 bucket takes
+runs["torch"].acc_array = None             # the torch path, as a bfloat16 bucket takes
 inbox = _Inbox()
 inbox.landing(SLICE * 4)
 inbox.scratch.view(torch.float32).copy_(torch.randn(SLICE))
