@@ -1,0 +1,35 @@
+"""CPU per GB before and after numpy reduces received slices (twenty-fourth session).
+
+Reads lead24-cpu-ab-4x100mb.jsonl: `geryon bench allreduce --workers 4 --sizes 1e8 --repeat 3 --bw 100mbit
+--congestion reno --no-wire-ring --json`, run six times from each tree, alternated (tree "old": d8655f8,
+torch reduces every slice; tree "new": 7b57291, numpy). Prints each tree's runs, medians, geryon's figure
+over gloo's in the same run (which takes out how busy the machine was), and a two-sided Mann-Whitney test.
+
+    python docs/data/linerate/lead24-cpu-ab.py
+"""
+import json
+import pathlib
+import statistics
+
+from scipy.stats import mannwhitneyu
+
+HERE = pathlib.Path(__file__).parent
+records = [json.loads(line) for line in (HERE / "lead24-cpu-ab-4x100mb.jsonl").read_text().splitlines()]
+KEYS = ("seconds", "cpu_s_per_gb", "machine_cpu_s_per_gb")
+by_tree = {tree: [r for r in records if r["tree"] == tree] for tree in ("old", "new")}
+values = {}
+for tree, runs in by_tree.items():
+    for key in KEYS:
+        ours = [r[key] for r in runs]
+        gloo = [r[f"gloo_{key}"] for r in runs]
+        over_gloo = [a / b for a, b in zip(ours, gloo)]
+        values[tree, key] = ours
+        values[tree, f"{key} / gloo"] = over_gloo
+        print(f"{tree} {key:<22} median {statistics.median(ours):.3f} (gloo {statistics.median(gloo):.3f}),"
+              f" over gloo {statistics.median(over_gloo):.3f}; runs {' '.join(f'{v:.3f}' for v in ours)}")
+for key in [k for k in KEYS if k != "seconds"] + [f"{k} / gloo" for k in KEYS if k != "seconds"]:
+    old, new = values["old", key], values["new", key]
+    change = statistics.median(new) / statistics.median(old) - 1
+    p = mannwhitneyu(new, old, alternative="two-sided").pvalue
+    print(f"{key:<29} new / old median {change:+.1%}, Mann-Whitney two-sided p = {p:.3f}"
+          f" ({len(new)} vs {len(old)} runs)")
