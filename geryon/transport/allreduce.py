@@ -445,15 +445,14 @@ class AllreduceGroup(PoolOwner):
         then divide them by `divisor` (None: no division); numpy where it computes torch's bits."""
         acc = run.acc_array
         if acc is not None:
-            target = acc[offset:offset + length]
-            elementwise.add_array_(target, inbox.array[:nbytes].view(acc.dtype))
-            if divisor is not None:
-                elementwise.div_array_(target, divisor)
-            return
-        target = run.acc[offset:offset + length]
-        elementwise.add_(target, inbox.scratch[:nbytes].view(run.bucket.dtype))
+            target, source = acc[offset:offset + length], inbox.array[:nbytes].view(acc.dtype)
+            add, divide = elementwise.add_array_, elementwise.div_array_
+        else:
+            target, source = run.acc[offset:offset + length], inbox.scratch[:nbytes].view(run.bucket.dtype)
+            add, divide = elementwise.add_, elementwise.div_
+        add(target, source)
         if divisor is not None:
-            elementwise.div_(target, divisor)
+            divide(target, divisor)
 
 
 def reference_allreduce(inputs: list[torch.Tensor], op: str = "sum") -> torch.Tensor:

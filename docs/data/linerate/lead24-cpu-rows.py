@@ -12,11 +12,12 @@ HERE = pathlib.Path(__file__).parent
 SESSIONS = {"twenty-second (torch)": [f"lead22-allreduce-100mbit-{r}" for r in "abcdefgh"],
             "twenty-fourth (numpy)": [f"lead24-allreduce-100mbit-{r}" for r in "abcde"]}
 
+records_of = {session: [json.loads(line) for run in runs for line in (HERE / f"{run}.jsonl").read_text().splitlines()]
+              for session, runs in SESSIONS.items()}
 print("row          session                 runs  geryon s/GB  gloo s/GB  geryon / gloo (median, min-max)")
 for workers, size in [(4, 10**7), (4, 10**8), (8, 10**7), (8, 10**8)]:
-    for session, runs in SESSIONS.items():
-        records = [r for run in runs for line in (HERE / f"{run}.jsonl").read_text().splitlines()
-                   if (r := json.loads(line))["workers"] == workers and r["size_bytes"] == size]
+    for session, session_records in records_of.items():
+        records = [r for r in session_records if r["workers"] == workers and r["size_bytes"] == size]
         ours = [r["cpu_s_per_gb"] for r in records]
         gloo = [r["gloo_cpu_s_per_gb"] for r in records]
         over = sorted(a / b for a, b in zip(ours, gloo))
