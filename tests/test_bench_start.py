@@ -97,3 +97,5 @@ def test_only_rank_zero_reports_the_machine_cpu_of_its_timed_collectives():
         else:
             assert "machine_cpu_seconds" not in record and "all_steal_seconds" not in record
         assert record["all_seconds"] == timed.times and record["all_starts"] == timed.starts
+        # every rank: user CPU and context switches (each run sleeps, so each switches at least once)
+        assert record["user_cpu_seconds"] == timed.user_cpu >= 0 and record["context_switches"] == timed.switches >= 2

@@ -58,6 +58,11 @@ def test_bench_allreduce_times_the_wire_ring_like_the_collectives():
         assert sorted(record[key]) == ["h1", "h2", "h3"] and all(c["out_segs"] > 0 for c in record[key].values())
     # CPU per GB: the processes' own, and the whole machine's over rank 0's timed collectives
     assert record["cpu_s_per_gb"] > 0 and record["gloo_cpu_s_per_gb"] > 0
+    # ... split: the user-space part (below the whole, allowing getrusage's tick-sampled split), and
+    # how often a thread slept or was preempted
+    for prefix in ("", "gloo_"):
+        assert 0 < record[prefix + "user_cpu_s_per_gb"] <= record[prefix + "cpu_s_per_gb"] * 1.1, prefix
+        assert record[prefix + "context_switches_per_gb"] > 0, prefix
     for key in ("machine_cpu_s_per_gb", "gloo_machine_cpu_s_per_gb", "wire_ring_machine_cpu_s_per_gb"):
         assert record[key] >= 0, key
     # CPU seconds the hypervisor gave another guest, per timed collective, as all_seconds are listed

@@ -14,7 +14,10 @@
 Every row also gives `cpu_s_per_gb`: CPU seconds (user + system, all processes of the system measured,
 time.process_time) per GB its transfers put on the wire; allreduce rows give gloo's alongside, and
 `machine_cpu_s_per_gb` (gloo's, the wire ring's): every CPU's busy seconds over rank 0's timed
-collectives (/proc/stat), so the kernel's softirq work that no process is charged for counts too. On
+collectives (/proc/stat), so the kernel's softirq work that no process is charged for counts too.
+Allreduce rows split the processes' figure: `user_cpu_s_per_gb` (gloo's) is its user-space part (the
+interpreter, numpy, torch; the rest is the kernel's sockets and TCP), and `context_switches_per_gb`
+(gloo's) counts the times a thread slept or was preempted, per GB. On
 the emulated cluster that includes the switch's forwarding and queues, and any other load on the
 machine; compare systems in the same run. Steal time (a virtual machine's vCPUs ready to run while the
 hypervisor runs another guest) is not counted as busy; instead `steal_all_seconds` (gloo's, the wire
@@ -157,12 +160,15 @@ def _coflow_periods(records: list[list[dict]]) -> list[float]:
 
 
 MACHINE = "machine_cpu_seconds"   # a result record's field: the machine's busy CPU seconds (rank 0 only)
+USER = "user_cpu_seconds"         # ... the user-space part of cpu_seconds (the interpreter, numpy, torch)
+SWITCHES = "context_switches"     # ... the process's context switches (a count, summed like seconds)
 
 
 def _cpu_seconds(records: list[list[dict]], key: str = "cpu_seconds") -> float:
     """CPU seconds (user + system, every thread) of all processes' measured part; with
     key=MACHINE, the machine's busy seconds over rank 0's timed collectives
-    (transport_roles.machine_busy_seconds)."""
+    (transport_roles.machine_seconds); with USER or SWITCHES, the processes' user seconds or
+    context switches."""
     return sum(record.get(key, 0.0) for r in records for record in r if record.get("event") == "result")
 
 
@@ -444,6 +450,10 @@ def bench_allreduce(args) -> int:
                               "compact_headers": not args.full_headers,
                               "cpu_s_per_gb": _per_gb(_cpu_seconds(mine.records), wire),
                               "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo.records), wire),
+                              "user_cpu_s_per_gb": _per_gb(_cpu_seconds(mine.records, USER), wire),
+                              "gloo_user_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo.records, USER), wire),
+                              "context_switches_per_gb": _per_gb(_cpu_seconds(mine.records, SWITCHES), wire),
+                              "gloo_context_switches_per_gb": _per_gb(_cpu_seconds(gloo.records, SWITCHES), wire),
                               "machine_cpu_s_per_gb": _per_gb(_cpu_seconds(mine.records, MACHINE), wire),
                               "gloo_machine_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo.records, MACHINE), wire),
                               "steal_all_seconds": mine.steal, "gloo_steal_all_seconds": gloo.steal, **ceiling})

@@ -22,6 +22,7 @@ import atexit
 import hashlib
 import json
 import os
+import resource
 import socket
 import statistics
 import sys
@@ -136,6 +137,17 @@ def machine_seconds() -> MachineSeconds:
     return MachineSeconds(stat.busy / tick, stat.steal / tick)
 
 
+class ProcessUsage(NamedTuple):
+    """This process's user CPU seconds and context switches so far, all threads (getrusage)."""
+    user: float        # the interpreter, numpy and torch: what a transport's own code costs
+    switches: int      # voluntary and involuntary: each is a thread that slept or was preempted
+
+
+def process_usage() -> ProcessUsage:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return ProcessUsage(usage.ru_utime, usage.ru_nvcsw + usage.ru_nivcsw)
+
+
 @dataclass
 class Timed:
     """What `time_collectives` measured. `machine_cpu` and `steal` are rank 0's only (None elsewhere)."""
@@ -144,11 +156,14 @@ class Timed:
     cpu: float                         # this process's CPU seconds over its timed parts
     machine_cpu: float | None          # the machine's busy CPU seconds (`machine_seconds`) over them
     steal: list[float] | None          # per collective: CPU seconds the hypervisor gave other guests
+    user_cpu: float = 0.0              # the user-space part of `cpu` (the rest is the kernel's)
+    switches: int = 0                  # this process's context switches over its timed parts
 
     def record(self) -> dict:
         """The result record's fields; `seconds` is the median (the upper one of an even count)."""
         fields = {"seconds": statistics.median_high(self.times), "all_seconds": self.times,
-                  "all_starts": self.starts, "cpu_seconds": self.cpu}
+                  "all_starts": self.starts, "cpu_seconds": self.cpu, "user_cpu_seconds": self.user_cpu,
+                  "context_switches": self.switches}
         if self.machine_cpu is not None:
             fields.update(machine_cpu_seconds=self.machine_cpu, all_steal_seconds=self.steal)
         return fields
@@ -163,23 +178,25 @@ def time_collectives(rank: int, world: int, iters: int, small_allreduce, collect
     """
     flag = torch.zeros(1, dtype=torch.float64)   # the barrier's tensor, kept: a sum of zeros stays zero
     machine_clock = machine_seconds if rank == 0 else (lambda: MachineSeconds(0.0, 0.0))
-    times, starts, cpu, machine, steal = [], [], 0.0, 0.0, []
+    times, starts, cpu, machine, steal, user, switches = [], [], 0.0, 0.0, [], 0.0, 0
     for i in range(iters):
         refill_between(lambda: small_allreduce(flag), work, tensors)
         started = start_together(rank, world, small_allreduce)
-        cpu_started, machine_started = time.process_time(), machine_clock()
+        cpu_started, machine_started, usage_started = time.process_time(), machine_clock(), process_usage()
         collective()
         times.append(time.time() - started)
-        machine_ended = machine_clock()
+        machine_ended, usage_ended = machine_clock(), process_usage()
         starts.append(started)
         cpu += time.process_time() - cpu_started
+        user += usage_ended.user - usage_started.user
+        switches += usage_ended.switches - usage_started.switches
         machine += machine_ended.busy - machine_started.busy
         steal.append(machine_ended.steal - machine_started.steal)
         if after_each is not None:
             after_each(i)
     if rank != 0:
-        return Timed(times, starts, cpu, None, None)
-    return Timed(times, starts, cpu, machine, steal)
+        return Timed(times, starts, cpu, None, None, user, switches)
+    return Timed(times, starts, cpu, machine, steal, user, switches)
 
 
 def allreduce_inputs(size: int, rank: int, two_classes: bool) -> tuple[list[torch.Tensor], list[int]]:

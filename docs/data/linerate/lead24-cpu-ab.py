@@ -6,16 +6,24 @@ torch reduces every slice; tree "new": 7b57291, numpy). Prints each tree's runs,
 over gloo's in the same run (which takes out how busy the machine was), and a two-sided Mann-Whitney test.
 
     python docs/data/linerate/lead24-cpu-ab.py
+
+The twenty-fifth session's A/B uses it too, naming its file and the figures to compare (tree "old":
+b69ea80; "new": the forwarded slice handed to the sender thread last), see lead25-commands.txt:
+
+    python docs/data/linerate/lead24-cpu-ab.py lead25-cpu-ab-4x100mb.jsonl seconds cpu_s_per_gb \
+        user_cpu_s_per_gb context_switches_per_gb machine_cpu_s_per_gb
 """
 import json
 import pathlib
 import statistics
+import sys
 
 from scipy.stats import mannwhitneyu
 
 HERE = pathlib.Path(__file__).parent
-records = [json.loads(line) for line in (HERE / "lead24-cpu-ab-4x100mb.jsonl").read_text().splitlines()]
-KEYS = ("seconds", "cpu_s_per_gb", "machine_cpu_s_per_gb")
+FILE = sys.argv[1] if len(sys.argv) > 1 else "lead24-cpu-ab-4x100mb.jsonl"
+records = [json.loads(line) for line in (HERE / FILE).read_text().splitlines()]
+KEYS = tuple(sys.argv[2:]) or ("seconds", "cpu_s_per_gb", "machine_cpu_s_per_gb")
 by_tree = {tree: [r for r in records if r["tree"] == tree] for tree in ("old", "new")}
 values = {}
 for tree, runs in by_tree.items():
