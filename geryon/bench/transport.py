@@ -14,12 +14,12 @@
 Every row also gives `cpu_s_per_gb`: CPU seconds (user + system, all processes of the system measured,
 time.process_time) per GB its transfers put on the wire; allreduce rows give gloo's alongside, and
 `machine_cpu_s_per_gb` (gloo's, the wire ring's): every CPU's busy seconds over rank 0's timed
-collectives (/proc/stat), so the kernel's softirq work that no process is charged for counts too.
-Allreduce rows split the processes' figure: `user_cpu_s_per_gb` (gloo's) is its user-space part (the
-interpreter, numpy, torch; the rest is the kernel's sockets and TCP), and `context_switches_per_gb`
-(gloo's) counts the times a thread slept or was preempted, per GB. On
+collectives (/proc/stat), so the kernel's softirq work that no process is charged for counts too. On
 the emulated cluster that includes the switch's forwarding and queues, and any other load on the
-machine; compare systems in the same run. Steal time (a virtual machine's vCPUs ready to run while the
+machine; compare systems in the same run. Allreduce rows also split the processes' figure:
+`user_cpu_s_per_gb` (gloo's) is its user-space part (the interpreter, numpy, torch; the rest is the
+kernel's sockets and TCP), and `context_switches_per_gb` (gloo's) counts the times a thread slept or
+was preempted, per GB. Steal time (a virtual machine's vCPUs ready to run while the
 hypervisor runs another guest) is not counted as busy; instead `steal_all_seconds` (gloo's, the wire
 ring's) gives the CPU seconds stolen during each timed collective, in the order of `all_seconds`.
 While a vCPU is stolen every emulated host, switch included, stands still, so a collective slowed by

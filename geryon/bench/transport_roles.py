@@ -138,7 +138,8 @@ def machine_seconds() -> MachineSeconds:
 
 
 class ProcessUsage(NamedTuple):
-    """This process's user CPU seconds and context switches so far, all threads (getrusage)."""
+    """This process's user CPU seconds and context switches so far, all threads (getrusage; the kernel
+    splits its exact CPU time into user and system by where its clock ticks fell)."""
     user: float        # the interpreter, numpy and torch: what a transport's own code costs
     switches: int      # voluntary and involuntary: each is a thread that slept or was preempted
 
