@@ -164,11 +164,11 @@ USER = "user_cpu_seconds"         # ... the user-space part of cpu_seconds (the 
 SWITCHES = "context_switches"     # ... the process's context switches (a count, summed like seconds)
 
 
-def _cpu_seconds(records: list[list[dict]], key: str = "cpu_seconds") -> float:
-    """CPU seconds (user + system, every thread) of all processes' measured part; with
-    key=MACHINE, the machine's busy seconds over rank 0's timed collectives
-    (transport_roles.machine_seconds); with USER or SWITCHES, the processes' user seconds or
-    context switches."""
+def _summed(records: list[list[dict]], key: str = "cpu_seconds") -> float:
+    """A result-record field summed over every process: by default CPU seconds (user + system, every
+    thread) of their measured part; with key=MACHINE, the machine's busy seconds over rank 0's timed
+    collectives (transport_roles.machine_seconds); with USER or SWITCHES, the processes' user seconds
+    or context switches."""
     return sum(record.get(key, 0.0) for r in records for record in r if record.get("event") == "result")
 
 
@@ -269,7 +269,7 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
             wire = 2 * workers * (servers - 1) / servers * size
             goodput = wire * 8 / seconds
             # workers time (and count CPU over) the timed iterations; servers serve the warm-up ones too
-            server_cpu = _per_gb(_cpu_seconds(records[:servers]), wire * (args.iters + args.warmup))
+            server_cpu = _per_gb(_summed(records[:servers]), wire * (args.iters + args.warmup))
             _print(args, {"bench": "transport", "system": f"ps-{workers}x{servers}", "policy": policy,
                           "bw": args.bw, "size_bytes": size, "seconds": seconds, "all_seconds": periods,
                           "goodput_bps": goodput, "congestion": congestion, "baseline_dscp": dscp,
@@ -279,7 +279,7 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
                           "per_worker_max_seconds": per_worker,
                           "per_worker_max_ratio_vs_iperf3_bidir_sum":
                               wire * 8 / _median(per_worker) / baseline["goodput_bps"],
-                          "cpu_s_per_gb": _per_gb(_cpu_seconds(records[servers:]), wire * args.iters) + server_cpu,
+                          "cpu_s_per_gb": _per_gb(_summed(records[servers:]), wire * args.iters) + server_cpu,
                           "server_cpu_s_per_gb": server_cpu,
                           # per host, over the roles' whole run (warm-up included): RTOs, probes, undos
                           "timeouts_per_host": [tcp[h]["timeouts"] for h in host_names], "tcp_counters": tcp})
@@ -356,7 +356,7 @@ def _bench_two_hosts(args, size: int) -> None:
                                   "congestion": congestion, "baseline_dscp": dscp,
                                   "ratio_vs_iperf3": goodput / baseline,
                                   "ratio_vs_iperf3_bidir": goodput / both_ways,
-                                  "cpu_s_per_gb": _per_gb(_cpu_seconds(roles), 2 * size * args.iters),
+                                  "cpu_s_per_gb": _per_gb(_summed(roles), 2 * size * args.iters),
                                   **_versus_plain(plain, system, goodput, tls)})
 
                 report("ps", ps, ps[1][-1]["seconds"])
@@ -432,7 +432,7 @@ def bench_allreduce(args) -> int:
                     ceiling = {"wire_ring_seconds": plain, "wire_ring_all_seconds": plain_ring.times,
                                "wire_ring_tcp_counters": plain_ring.tcp, "ratio_vs_wire_ring": ours / plain,
                                "gloo_ratio_vs_wire_ring": theirs / plain, "wire_ring_ratio_vs_line_rate": plain / bound,
-                               "wire_ring_machine_cpu_s_per_gb": _per_gb(_cpu_seconds(plain_ring.records, MACHINE),
+                               "wire_ring_machine_cpu_s_per_gb": _per_gb(_summed(plain_ring.records, MACHINE),
                                                                          wire),
                                "wire_ring_steal_all_seconds": plain_ring.steal}
                 _print(args, {"bench": "allreduce", "workers": workers, "bw": args.bw, "size_bytes": size,
@@ -448,14 +448,14 @@ def bench_allreduce(args) -> int:
                               "slice_bytes": args.slice_bytes,
                               "max_slice_bytes": _max_slice_bytes(args),
                               "compact_headers": not args.full_headers,
-                              "cpu_s_per_gb": _per_gb(_cpu_seconds(mine.records), wire),
-                              "gloo_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo.records), wire),
-                              "user_cpu_s_per_gb": _per_gb(_cpu_seconds(mine.records, USER), wire),
-                              "gloo_user_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo.records, USER), wire),
-                              "context_switches_per_gb": _per_gb(_cpu_seconds(mine.records, SWITCHES), wire),
-                              "gloo_context_switches_per_gb": _per_gb(_cpu_seconds(gloo.records, SWITCHES), wire),
-                              "machine_cpu_s_per_gb": _per_gb(_cpu_seconds(mine.records, MACHINE), wire),
-                              "gloo_machine_cpu_s_per_gb": _per_gb(_cpu_seconds(gloo.records, MACHINE), wire),
+                              "cpu_s_per_gb": _per_gb(_summed(mine.records), wire),
+                              "gloo_cpu_s_per_gb": _per_gb(_summed(gloo.records), wire),
+                              "user_cpu_s_per_gb": _per_gb(_summed(mine.records, USER), wire),
+                              "gloo_user_cpu_s_per_gb": _per_gb(_summed(gloo.records, USER), wire),
+                              "context_switches_per_gb": _per_gb(_summed(mine.records, SWITCHES), wire),
+                              "gloo_context_switches_per_gb": _per_gb(_summed(gloo.records, SWITCHES), wire),
+                              "machine_cpu_s_per_gb": _per_gb(_summed(mine.records, MACHINE), wire),
+                              "gloo_machine_cpu_s_per_gb": _per_gb(_summed(gloo.records, MACHINE), wire),
                               "steal_all_seconds": mine.steal, "gloo_steal_all_seconds": gloo.steal, **ceiling})
     return 0
 

@@ -157,8 +157,8 @@ class Timed:
     cpu: float                         # this process's CPU seconds over its timed parts
     machine_cpu: float | None          # the machine's busy CPU seconds (`machine_seconds`) over them
     steal: list[float] | None          # per collective: CPU seconds the hypervisor gave other guests
-    user_cpu: float = 0.0              # the user-space part of `cpu` (the rest is the kernel's)
-    switches: int = 0                  # this process's context switches over its timed parts
+    user_cpu: float                    # the user-space part of `cpu` (the rest is the kernel's)
+    switches: int                      # this process's context switches over its timed parts
 
     def record(self) -> dict:
         """The result record's fields; `seconds` is the median (the upper one of an even count)."""
