@@ -103,3 +103,63 @@ def test_flow_threads_run_real_time_the_urgent_class_highest():
 def test_an_rt_priority_outside_1_to_99_is_refused():
     with pytest.raises(ConfigError, match="thread_rt_priority"):
         TransportConfig(secret="flows-test", thread_rt_priority=100)
+
+
+class _Sink(_NoFrames):
+    """Takes `expected` data frames of one size into one buffer and says when the last has landed."""
+
+    def __init__(self, size: int, expected: int):
+        self.buffer, self.expected, self.received = bytearray(size), expected, 0
+        self.done = threading.Event()
+
+    def destination(self, flow, header):
+        return memoryview(self.buffer)[:header.payload_len]
+
+    def delivered(self, flow, header):
+        self.received += 1
+        if self.received == self.expected:
+            self.done.set()
+
+
+def _sleeps(native_id: int) -> int:
+    """How many times a thread of this process has slept (its voluntary context switches)."""
+    with open(f"/proc/self/task/{native_id}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches in /proc")
+
+
+def test_the_receive_thread_of_a_sending_connection_sleeps_through_its_acks():
+    """A connection that only sends: its receive thread waits for readable data in poll(), so it sleeps
+    through the ACKs that free send buffer (a thread blocked in recv() shares the socket's wait queue
+    with the writer and would wake for each: 34 times here before the change), and it still ends
+    when the pool closes."""
+    import torch
+
+    from geryon.transport.wire import Kind, dtype_code, encode_header
+
+    config = TransportConfig(secret="flows-test", timeout=5.0)
+    piece, count = 256 * 1024, 400
+    sink = _Sink(piece, count)
+    listener = FlowPool(7341, config, sink, listen=("127.0.0.1", 0))
+    dialer = FlowPool(7342, config, _NoFrames(), listen=None)
+    try:
+        dialer.connect(7341, ("127.0.0.1", listener.port))
+        listener.wait_connected([7342])
+        flow = dialer.flow(7341, 0)
+        reader = next(t for t in threading.enumerate() if t.name == f"gy-recv-{flow.name}")
+        before = _sleeps(reader.native_id)
+        header = encode_header(Kind.REDUCE, job_id=config.job_id, length=piece, dtype=dtype_code(torch.uint8))
+        payload = memoryview(bytes(range(256)) * (piece // 256))
+        for index in range(count):
+            flow.send((index,), header, payload)
+        assert sink.done.wait(30), f"{sink.received} of {count} frames arrived"
+        woke = _sleeps(reader.native_id) - before
+        assert sink.buffer == payload
+        assert woke <= 3, f"the idle receive thread woke {woke} times while {count} frames left"
+    finally:
+        dialer.close()
+        listener.close()
+    reader.join(5)
+    assert not reader.is_alive(), "closing the pool did not end the receive thread waiting in poll()"

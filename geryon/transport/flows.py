@@ -30,6 +30,7 @@ import heapq
 import itertools
 import logging
 import os
+import select
 import socket
 import threading
 import time
@@ -146,11 +147,14 @@ class Flow:
         self.peer_done = False
         self.bytes_received = 0
         self.bytes_sent = 0
+        self._readable: select.poll | None = None     # set by start() for a plain blocking socket
         self._threads = [threading.Thread(target=self._send_loop, name=f"gy-send-{name}", daemon=True),
                          threading.Thread(target=self._recv_loop, name=f"gy-recv-{name}", daemon=True)]
 
     def start(self) -> None:
-        use_kernel_timeouts(self.sock, self.pool.config.timeout)
+        if use_kernel_timeouts(self.sock, self.pool.config.timeout):
+            self._readable = select.poll()
+            self._readable.register(self.sock, select.POLLIN)
         for thread in self._threads:
             thread.start()
 
@@ -253,11 +257,20 @@ class Flow:
         """Wait, without a deadline (an idle peer is fine), for a header to start; 0 when closing.
 
         Returns how many header bytes it read: as many as had arrived, so one recv per frame, not two.
+        On a plain socket a header that has not arrived is waited for in poll(): a thread blocked in
+        recv() is also woken each time ACKs free send-buffer space (reader and writer share the socket's
+        wait queue), while poll() for readability sleeps through those (docs/transport-profile.md).
         """
+        readable, wait_ms = self._readable, max(1, int(self.pool.config.timeout * 1000))
         while not self.closing:
             try:
-                got = self.sock.recv_into(view, HEADER_SIZE)
+                if readable is not None:
+                    got = self.sock.recv_into(view, HEADER_SIZE, socket.MSG_DONTWAIT)
+                else:                       # a TLS wrapper's recv_into takes no flags
+                    got = self.sock.recv_into(view, HEADER_SIZE)
             except (socket.timeout, BlockingIOError):
+                if readable is not None:
+                    readable.poll(wait_ms)
                 continue
             except OSError as exc:
                 if self.closing:
