@@ -81,6 +81,12 @@ def run_plain_torchrun(script, args, workers: int, timeout: float) -> tuple[subp
                          f"stderr:\n{result.stderr[-3000:]}")
 
 
+def launcher_exit_abort(result: subprocess.CompletedProcess) -> bool:
+    """Whether geryon.launch failed only because a rank ended on EXIT_ABORT (SIGABRT: exit code 134)."""
+    return result.returncode == 128 + signal.SIGABRT and EXIT_ABORT in result.stderr \
+        and "was killed by SIGABRT" in result.stderr
+
+
 def exit_abort_reason(who: str) -> str:
     """What a test reports (xfail) when `who` ended on EXIT_ABORT after its results were checked."""
     return (f"training checked and right, but {who} aborted at exit with {EXIT_ABORT!r} "

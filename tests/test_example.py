@@ -1,9 +1,11 @@
 """The example CNN: it learns alone, and gives the same loss curve under plain torchrun."""
 
+import subprocess
+
 import pytest
 
-from launch_support import EXAMPLE, EXAMPLE_ARGS, REPO, json_records, loss_curve, only_exit_abort, \
-    run_plain_torchrun, run_single_process
+from launch_support import EXAMPLE, EXAMPLE_ARGS, REPO, json_records, launcher_exit_abort, loss_curve, \
+    only_exit_abort, run_plain_torchrun, run_single_process
 
 
 def test_dataset_is_deterministic_and_balanced():
@@ -47,6 +49,20 @@ def test_only_pytorchs_exit_abort_is_excused():
     assert not only_exit_abort(report.replace("exitcode  : -15", "exitcode  : 1"))
     assert not only_exit_abort(report.replace("terminate called without an active exception",
                                               "Segmentation fault"))
+
+
+def test_only_pytorchs_exit_abort_is_excused_under_the_launcher():
+    """geryon.launch's report of the same abort (seen in tests/test_ps_optimizers_launch.py, allreduce mode,
+    worker 1 after worker 0 had saved) is told apart from another signal and another message."""
+    report = (REPO / "tests" / "data" / "launcher-exit-abort.txt").read_text()
+
+    def excused(code, stderr):
+        return launcher_exit_abort(subprocess.CompletedProcess([], code, "", stderr))
+
+    assert excused(134, report)
+    assert not excused(139, report.replace("SIGABRT", "SIGSEGV"))
+    assert not excused(134, report.replace("terminate called without an active exception", "double free"))
+    assert not excused(1, report)
 
 
 def _example_module():

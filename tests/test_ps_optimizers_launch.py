@@ -6,7 +6,8 @@ parameters of --mode allreduce."""
 import pytest
 import torch
 
-from launch_support import EXIT_ABORT, PYTHON, REPO, exit_abort_reason, run_launcher, run_stoppable
+from launch_support import EXIT_ABORT, PYTHON, REPO, exit_abort_reason, launcher_exit_abort, run_launcher, \
+    run_stoppable
 
 pytestmark = pytest.mark.slow
 
@@ -43,8 +44,24 @@ def single(tmp_path_factory):
 def _launch(tmp_path, case: str, *flags, script_args=()) -> tuple[dict, str]:
     out = tmp_path / f"{case}.pt"
     result = run_launcher(*flags, SCRIPT, "--case", case, "--out", out, *script_args, timeout=240)
-    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-3000:])
+    if launcher_exit_abort(result):   # worker 0 saved first: the caller checks it, then the run is reported
+        _EXIT_ABORTS.append(f"{case} {' '.join(flags)}")
+    else:
+        assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-3000:])
     return _load(out), result.stdout
+
+
+_EXIT_ABORTS: list[str] = []   # the launches of the running test that ended on EXIT_ABORT
+
+
+@pytest.fixture(autouse=True)
+def _report_exit_aborts(request):
+    """A test whose checks pass after a launch that ended on PyTorch's exit-time abort is reported as
+    an xfail naming it (tests/conftest.py turns the pass into it)."""
+    _EXIT_ABORTS.clear()
+    request.node.exit_aborts = _EXIT_ABORTS
+    request.node.exit_abort_reason = lambda: exit_abort_reason(f"a rank of {'; '.join(_EXIT_ABORTS)}")
+    yield
 
 
 @pytest.mark.parametrize("case,flags,who", [

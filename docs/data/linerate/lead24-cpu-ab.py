@@ -8,7 +8,8 @@ over gloo's in the same run (which takes out how busy the machine was), and a tw
     python docs/data/linerate/lead24-cpu-ab.py
 
 The twenty-fifth session's A/B uses it too, naming its file and the figures to compare (tree "old":
-b69ea80; "new": the trim of the receive path's Python, not kept), see lead25-commands.txt:
+b69ea80; "new": the trim of the receive path's Python, not kept), see lead25-commands.txt, and so does
+the twenty-sixth's (lead26-cpu-ab-4x100mb.jsonl; "old": a157914, "new": the idle header wait in poll):
 
     python docs/data/linerate/lead24-cpu-ab.py lead25-cpu-ab-4x100mb.jsonl seconds cpu_s_per_gb \
         user_cpu_s_per_gb context_switches_per_gb machine_cpu_s_per_gb
