@@ -29,11 +29,13 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A test that passed after a launch ended on PyTorch's exit-time abort (its `exit_aborts`, set by
-    tests/test_ps_optimizers_launch.py) is reported as an xfail with the reason it names."""
+    tests/test_ps_optimizers_launch.py: the launches that did) is reported as an xfail naming them."""
+    from launch_support import exit_abort_reason
+
     outcome = yield
     report = outcome.get_result()
     if call.when == "call" and report.passed and getattr(item, "exit_aborts", None):
-        report.outcome, report.wasxfail = "skipped", item.exit_abort_reason()
+        report.outcome, report.wasxfail = "skipped", exit_abort_reason(f"a rank of {'; '.join(item.exit_aborts)}")
 
 
 @pytest.fixture

@@ -60,7 +60,6 @@ def _report_exit_aborts(request):
     an xfail naming it (tests/conftest.py turns the pass into it)."""
     _EXIT_ABORTS.clear()
     request.node.exit_aborts = _EXIT_ABORTS
-    request.node.exit_abort_reason = lambda: exit_abort_reason(f"a rank of {'; '.join(_EXIT_ABORTS)}")
     yield
 
 

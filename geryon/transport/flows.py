@@ -148,6 +148,7 @@ class Flow:
         self.bytes_received = 0
         self.bytes_sent = 0
         self._readable: select.poll | None = None     # set by start() for a plain blocking socket
+        self._poll_ms = max(1, int(pool.config.timeout * 1000))   # how often that wait looks at `closing`
         self._threads = [threading.Thread(target=self._send_loop, name=f"gy-send-{name}", daemon=True),
                          threading.Thread(target=self._recv_loop, name=f"gy-recv-{name}", daemon=True)]
 
@@ -261,7 +262,7 @@ class Flow:
         recv() is also woken each time ACKs free send-buffer space (reader and writer share the socket's
         wait queue), while poll() for readability sleeps through those (docs/transport-profile.md).
         """
-        readable, wait_ms = self._readable, max(1, int(self.pool.config.timeout * 1000))
+        readable = self._readable
         while not self.closing:
             try:
                 if readable is not None:
@@ -270,7 +271,7 @@ class Flow:
                     got = self.sock.recv_into(view, HEADER_SIZE)
             except (socket.timeout, BlockingIOError):
                 if readable is not None:
-                    readable.poll(wait_ms)
+                    readable.poll(self._poll_ms)
                 continue
             except OSError as exc:
                 if self.closing:
