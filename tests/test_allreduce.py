@@ -206,6 +206,34 @@ def test_ranks_that_cut_their_chunks_differently_still_agree_bit_exactly():
         assert learned is not None and learned > 0    # 120 KB per link >= 16 slices of 1 KiB
 
 
+def test_a_receiving_flow_lands_every_piece_in_one_scratch_buffer_made_and_touched_up_front():
+    """The reduce-scatter scratch of a receiving flow is made at its first slice, as large as the
+    largest rate-sized piece (max_slice_bytes) and zero-filled, then reused while the pieces grow
+    with the learned rate: growing it with them gave the first collective with larger pieces fresh
+    memory to land in, 15-30 ms slower at 1 Gbit/s (docs/transport-profile.md, twenty-eighth
+    session). Still bit-exact."""
+    config = TransportConfig(secret="t", slice_bytes=1024, max_slice_bytes=8192, slice_seconds=1.0,
+                             bucket_bytes=1 << 20)
+    generator = torch.Generator().manual_seed(11)
+    inputs = [[torch.randn(40_000, generator=generator)] for _ in range(4)]
+
+    def scratch_of(group):
+        return sorted((inbox.scratch.data_ptr(), inbox.scratch.numel()) for inbox in group._inboxes.values())
+
+    def body(group):
+        first = group.allreduce([inputs[group.rank][0].clone()])     # 1 KiB pieces: no rate yet
+        made = scratch_of(group)
+        group.link_rate = 8192.0                                      # pieces of 8 KiB from now on
+        second = group.allreduce([inputs[group.rank][0].clone()])
+        return first, second, made, scratch_of(group)
+
+    want = reference_allreduce_tensors(inputs, None, "sum", 1 << 20)
+    for first, second, made, after in serve_world_of_threads(4, config, body):
+        assert torch.equal(first[0], want[0]) and torch.equal(second[0], want[0])
+        assert made and all(numel == 8192 for _, numel in made)
+        assert after == made                      # the same buffers: none made for the larger pieces
+
+
 def test_a_rank_queues_its_own_chunk_piece_by_piece_in_the_order_of_queuing_it_all():
     """A rank's own chunk leaves in pieces, each queued (by the sender thread) once the piece before
     it is in the kernel, so the first byte need not wait for hundreds of pieces to be queued; the

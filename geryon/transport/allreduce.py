@@ -12,8 +12,9 @@ own chunk one at a time, each once the one before it is in the kernel, under sen
 the collective starts (`_own_chunk`): the send order is that of queuing them all, and the first byte
 leaves at once. A slice's header carries its offset and length, and the receiver forwards what it
 got, so ranks need not cut alike. A reduce-scatter slice lands in that flow's own scratch buffer
-(reused, so it stays in cache) and is added in place into the bucket; an all-gather slice lands
-straight in the bucket. Nothing the size of a bucket is allocated per collective. A call with the
+(made once, as large as the largest rate-sized piece, and touched when made: `_Inbox`; reused, so
+it stays in cache) and is added in place into the bucket; an all-gather slice lands straight in the
+bucket. Nothing the size of a bucket is allocated per collective. A call with the
 same tensors as an earlier one reuses that call's plan and views (`geryon.transport.prepared`).
 
 Reduction order (deterministic, bit-exact): chunk c is summed along the ring starting at rank c,
@@ -65,7 +66,17 @@ def piece_bytes(config: TransportConfig, link_rate: float | None, chunk_bytes: i
 @dataclass
 class _Inbox:
     """Per receiving flow (used by its receive thread only): where reduce-scatter payloads land, and
-    the frame whose payload is being read (looked up once, in `destination`)."""
+    the frame whose payload is being read (looked up once, in `destination`).
+
+    The scratch buffer is made at the first slice, at least `reserve` bytes (the largest piece a
+    rate-sized sender cuts, TransportConfig.max_slice_bytes) and zero-filled, so its pages exist
+    before any socket read lands in them. A buffer that grew with the pieces was fresh, untouched
+    memory at each growth: the first collective with rate-sized pieces (the one after the first of
+    a size) took 15-30 ms longer at 1 Gbit/s, 8 x 100 MB, and made this way it does not
+    (docs/transport-profile.md, twenty-eighth session). It grows again only for a piece larger than
+    `reserve` (unsliced policies).
+    """
+    reserve: int = 0
     scratch: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.uint8))
     view: memoryview = field(default_factory=lambda: memoryview(bytearray(0)))
     array: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint8))   # over `scratch`
@@ -73,7 +84,7 @@ class _Inbox:
 
     def landing(self, nbytes: int) -> memoryview:
         if len(self.view) < nbytes:
-            self.scratch = torch.empty(nbytes, dtype=torch.uint8)
+            self.scratch = torch.zeros(max(nbytes, self.reserve), dtype=torch.uint8)   # touched: see above
             self.view = byte_view(self.scratch)
             self.array = self.scratch.numpy()
         return self.view[:nbytes]
@@ -407,7 +418,7 @@ class AllreduceGroup(PoolOwner):
         collective, run, c = self._lookup(flow, header)
         inbox = self._inboxes.get(flow)
         if inbox is None:
-            inbox = self._inboxes[flow] = _Inbox()
+            inbox = self._inboxes[flow] = _Inbox(reserve=self.config.max_slice_bytes)
         if header.kind == Kind.REDUCE and c != self.rank:
             inbox.frame = (collective, run, c)
             return inbox.landing(header.payload_len)

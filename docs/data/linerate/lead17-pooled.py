@@ -41,8 +41,9 @@ for (workers, size), records in sorted(rows.items()):
           f"{bound_ok:>2} of {len(records)}       "
           f"{ratios[0]:.4f} {statistics.median(ratios):.4f} {ratios[-1]:.4f}        "
           + " / ".join(f"{p:.4f}" for p in pooled))
+missed_runs = [run for run, ok in both_every_row.items() if not ok]
 print(f"both targets in every row of a run: {sum(both_every_row.values())} of {len(RUNS)} runs "
-      f"(missed: {', '.join(run for run, ok in both_every_row.items() if not ok)})")
+      f"(missed: {', '.join(missed_runs) or 'none'})")
 
 
 def chance_of_passing(draws: int = 20000, seed: int = 0) -> None:
