@@ -161,6 +161,28 @@ def test_server_update_is_bit_exact_torch_optim(cls, settings):
         assert torch.equal(torch.cat([h.param for h in halves]), reference.detach())
 
 
+def test_a_shards_mean_gradient_is_exact_and_lands_in_one_buffer_made_at_its_first_update():
+    """The mean of the workers' gradients, summed in worker order then divided, bit for bit, in the
+    same buffer at every update (a fresh one per update cost page faults for big shards)."""
+    from geryon.transport.ps import _ServerShard
+    from geryon.transport.ps_optim import describe_optimizer
+    from geryon.transport.shards import Shard
+
+    torch.manual_seed(5)
+    value = torch.nn.Parameter(torch.randn(1000))
+    spec = describe_optimizer(torch.optim.SGD([value], lr=0.1), [value])
+    shard = _ServerShard(Shard(0, 0, 1000, 0, 0, 0), value.detach(), 3, spec, 0)
+    assert shard.mean is None
+    means = []                         # held, so a fresh tensor per update could not reuse memory
+    for _ in range(3):
+        for grad in shard.grads:
+            grad.copy_(torch.randn(1000))
+        expected = ((shard.grads[0] + shard.grads[1]) + shard.grads[2]) / 3
+        means.append(shard.mean_gradient())
+        assert torch.equal(means[-1], expected)
+    assert all(mean is means[0] for mean in means)
+
+
 def test_a_pull_racing_a_class_flows_registration_still_gets_its_parameters(monkeypatch):
     """A worker's PULL (flow 0) can reach the server while its class-1 flow is between ACCEPT and
     registration: the server waits for that flow instead of skipping the parameter (a 60 s hang once)."""

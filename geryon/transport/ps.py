@@ -75,6 +75,7 @@ class _ServerShard:
         # are registered on a server's optimizers; that wrapper cost ~0.5 ms per slice)
         step = type(self.optimizer).step if self.optimizer is not None else None
         self._step = getattr(step, "__wrapped__", None) if getattr(step, "hooked", False) else None
+        self.mean: torch.Tensor | None = None   # the mean gradient, made at the first update
         self.version = 0
         self.arrived: set[int] = set()
         self.absent: set[int] = set()     # workers that said ABSENT for `version` (no gradient)
@@ -91,8 +92,18 @@ class _ServerShard:
         return plan.present(self.shard.tensor_id) and len(self.absent) < len(self.grads)
 
     def mean_gradient(self) -> torch.Tensor:
-        """((g_0 + g_1) + ...) / workers, on this thread (geryon.transport.elementwise)."""
-        return elementwise.mean_(torch.empty_like(self.grads[0]), self.grads)
+        """((g_0 + g_1) + ...) / workers, on this thread (geryon.transport.elementwise), into one
+        buffer made at the shard's first update and reused, as the per-worker buffers are: an update
+        is done with it before the shard's next version can arrive.
+
+        A fresh tensor per update was new memory for a shard over glibc's 32 MiB mmap threshold (a
+        whole tensor under an unsliced policy, e.g. `vanilla`): 16,385 page faults, and the mean of
+        8 workers' 64 MiB took 53 ms instead of 31 (docs/data/linerate/lead29-mean-buffer.txt).
+        Sliced policies' 256 KiB shards were reused by the allocator anyway.
+        """
+        if self.mean is None:
+            self.mean = torch.empty_like(self.grads[0])
+        return elementwise.mean_(self.mean, self.grads)
 
     def update(self, grad: torch.Tensor, plan: "_StepPlan", spec: OptimizerSpec, offsets) -> None:
         """Apply one iteration: the mean gradient (MEAN), or one step of the user's optimizer."""
