@@ -102,6 +102,7 @@ def test_bench_transport_ps_grid_times_only_the_iterations_after_its_warmup():
     assert all(counters["out_segs"] > 0 for counters in grid[0]["tcp_counters"].values())
     assert grid[0]["seconds"] <= grid[0]["per_worker_max_seconds"][0] + 1e-3   # the period never counts the skew
     assert grid[0]["ratio_vs_iperf3_bidir_sum"] > 0 and grid[0]["server_cpu_s_per_gb"] > 0
+    assert grid[0]["server_minor_faults_per_gb"] > 0    # the servers' buffers are touched the first time
 
 
 def test_bench_pull_runs_both_modes_on_a_real_script_with_the_same_loss():

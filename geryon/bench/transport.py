@@ -162,13 +162,14 @@ def _coflow_periods(records: list[list[dict]]) -> list[float]:
 MACHINE = "machine_cpu_seconds"   # a result record's field: the machine's busy CPU seconds (rank 0 only)
 USER = "user_cpu_seconds"         # ... the user-space part of cpu_seconds (the interpreter, numpy, torch)
 SWITCHES = "context_switches"     # ... the process's context switches (a count, summed like seconds)
+FAULTS = "minor_faults"            # ... a PS server's minor page faults while it served (a count)
 
 
 def _summed(records: list[list[dict]], key: str = "cpu_seconds") -> float:
     """A result-record field summed over every process: by default CPU seconds (user + system, every
     thread) of their measured part; with key=MACHINE, the machine's busy seconds over rank 0's timed
-    collectives (transport_roles.machine_seconds); with USER or SWITCHES, the processes' user seconds
-    or context switches."""
+    collectives (transport_roles.machine_seconds); with USER, SWITCHES or FAULTS, the processes' user
+    seconds, context switches or (PS servers) minor page faults."""
     return sum(record.get(key, 0.0) for r in records for record in r if record.get("event") == "result")
 
 
@@ -281,6 +282,9 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
                               wire * 8 / _median(per_worker) / baseline["goodput_bps"],
                           "cpu_s_per_gb": _per_gb(_summed(records[servers:]), wire * args.iters) + server_cpu,
                           "server_cpu_s_per_gb": server_cpu,
+                          # first touches of fresh pages in the servers, per GB (warm-up included)
+                          "server_minor_faults_per_gb": _per_gb(_summed(records[:servers], FAULTS),
+                                                                wire * (args.iters + args.warmup)),
                           # per host, over the roles' whole run (warm-up included): RTOs, probes, undos
                           "timeouts_per_host": [tcp[h]["timeouts"] for h in host_names], "tcp_counters": tcp})
 

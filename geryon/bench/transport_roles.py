@@ -343,9 +343,15 @@ def run_ps_server(args) -> None:
     with ParameterServer(args.index, args.servers, args.workers, params, _config(args),
                          (host, int(port)), lr=0.01) as server:
         _emit(event="ready", index=args.index, port=server.port)
-        cpu_started = time.process_time()
+        cpu_started, faults_started = time.process_time(), _minor_faults()
         server.serve_job()
-        _emit(event="result", system="geryon-ps-server", cpu_seconds=time.process_time() - cpu_started)
+        _emit(event="result", system="geryon-ps-server", cpu_seconds=time.process_time() - cpu_started,
+              minor_faults=_minor_faults() - faults_started)
+
+
+def _minor_faults() -> int:
+    """This process's minor page faults so far (getrusage): each is a first touch of a fresh page."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def run_ps_worker(args) -> None:
