@@ -18,8 +18,8 @@ BUILD_AND_HANG = textwrap.dedent("""
     cluster = EmulatedCluster(sys.argv[1], hosts=3).up()
     sleeper = cluster.popen("h2", ["sleep", "300"])
     # nsenter joins the namespace a moment after Popen returns (a loaded CI machine once lost that race)
-    deadline = time.monotonic() + 10
-    while sleeper.pid not in fabric.netns_pids([cluster.host("h2").netns]).get(cluster.host("h2").netns, []):
+    netns, deadline = cluster.host("h2").netns, time.monotonic() + 10
+    while sleeper.pid not in fabric.netns_pids([netns]).get(netns, []):
         assert time.monotonic() < deadline, "the sleeper never entered h2's namespace"
         time.sleep(0.01)
     print(json.dumps({"sleeper": sleeper.pid}), flush=True)

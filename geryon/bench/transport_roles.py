@@ -138,15 +138,16 @@ def machine_seconds() -> MachineSeconds:
 
 
 class ProcessUsage(NamedTuple):
-    """This process's user CPU seconds and context switches so far, all threads (getrusage; the kernel
-    splits its exact CPU time into user and system by where its clock ticks fell)."""
+    """This process's user CPU seconds, context switches and minor page faults so far, all threads
+    (getrusage; the kernel splits its exact CPU time into user and system by where its clock ticks fell)."""
     user: float        # the interpreter, numpy and torch: what a transport's own code costs
     switches: int      # voluntary and involuntary: each is a thread that slept or was preempted
+    minor_faults: int  # first touches of fresh pages
 
 
 def process_usage() -> ProcessUsage:
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return ProcessUsage(usage.ru_utime, usage.ru_nvcsw + usage.ru_nivcsw)
+    return ProcessUsage(usage.ru_utime, usage.ru_nvcsw + usage.ru_nivcsw, usage.ru_minflt)
 
 
 @dataclass
@@ -343,15 +344,10 @@ def run_ps_server(args) -> None:
     with ParameterServer(args.index, args.servers, args.workers, params, _config(args),
                          (host, int(port)), lr=0.01) as server:
         _emit(event="ready", index=args.index, port=server.port)
-        cpu_started, faults_started = time.process_time(), _minor_faults()
+        cpu_started, usage_started = time.process_time(), process_usage()
         server.serve_job()
         _emit(event="result", system="geryon-ps-server", cpu_seconds=time.process_time() - cpu_started,
-              minor_faults=_minor_faults() - faults_started)
-
-
-def _minor_faults() -> int:
-    """This process's minor page faults so far (getrusage): each is a first touch of a fresh page."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+              minor_faults=process_usage().minor_faults - usage_started.minor_faults)
 
 
 def run_ps_worker(args) -> None:
