@@ -54,6 +54,23 @@ def test_inputs_are_refilled_in_place_only_after_the_barrier():
     assert work[0].equal(source[0]) and work[0].data_ptr() == buffer   # copied into the same buffer
 
 
+def test_no_rank_goes_on_after_a_timed_collective_before_every_rank_has_ended_it():
+    """After each timed run (the last one included) the barrier comes before anything else a rank does:
+    a rank that went on to its checks, refill or teardown at once would take a shared core from peers
+    still receiving their last pieces."""
+    log = []
+
+    def small_allreduce(tensor):
+        log.append("barrier" if tensor.numel() == 1 else "start")
+        return tensor
+
+    work, source = [torch.zeros(4)], [torch.ones(4)]
+    time_collectives(1, 2, 2, small_allreduce, lambda: log.append("collective"), work, source,
+                     after_each=lambda i: log.append(f"after {i}"))
+    assert log == ["barrier", "start", "collective", "barrier", "after 0",
+                   "barrier", "start", "collective", "barrier", "after 1"]
+
+
 def test_machine_seconds_count_a_busy_loop():
     """The machine-wide CPU the allreduce rows report (machine_cpu_s_per_gb) rises by at least what this
     process burns; /proc/stat counts in ticks of 1/SC_CLK_TCK s, so allow two of them."""

@@ -56,6 +56,11 @@ def test_bench_allreduce_times_the_wire_ring_like_the_collectives():
     assert record["seconds"] == sorted(record["all_seconds"])[1]
     for key in ("tcp_counters", "gloo_tcp_counters", "wire_ring_tcp_counters"):
         assert sorted(record[key]) == ["h1", "h2", "h3"] and all(c["out_segs"] > 0 for c in record[key].values())
+        # ... and where packets were dropped (tests/test_bench_tcpstats.py makes drops happen)
+        assert all(c[where] >= 0 for c in record[key].values()
+                   for where in ("host_queue_drops", "switch_port_drops", "backlog_drops", "rcvq_drops"))
+    for key in ("softnet_drops", "gloo_softnet_drops", "wire_ring_softnet_drops"):
+        assert record[key] >= 0, key
     # CPU per GB: the processes' own, and the whole machine's over rank 0's timed collectives
     assert record["cpu_s_per_gb"] > 0 and record["gloo_cpu_s_per_gb"] > 0
     # ... split: the user-space part (below the whole, allowing getrusage's tick-sampled split), and

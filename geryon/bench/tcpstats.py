@@ -1,11 +1,22 @@
-"""TCP counters of emulated hosts (what `nstat` shows), read before and after a benchmark's phase.
+"""TCP counters and packet drops of emulated hosts, read before and after a benchmark's phase.
 
 Each host is a network namespace with its own SNMP counters; `read_counters` cats /proc/net/netstat and
 /proc/net/snmp inside it (cheap: one short process per host, outside any timed window) and keeps the
 counters that tell loss from spurious recovery: retransmissions, RTOs, tail-loss probes, undos, DSACKs.
+
+A retransmission says a segment was lost, not where. Each host's counters also say where its packets
+can have been dropped: its own egress queues (`host_queue_drops`, the tc classes of its interface), the
+switch's egress port toward it (`switch_port_drops`: where the traffic *into* the host queues), and its
+TCP receive path (`backlog_drops`: the socket was busy and its backlog full; `rcvq_drops`: the receive
+buffer was full; `ofo_drops`: no room for an out-of-order segment). Drops outside every namespace —
+a CPU's input backlog overflowing (`/proc/net/softnet_stat`, what veth hands on lands there) — are
+machine-wide: `Counted.softnet_drops`.
 """
 
+from dataclasses import dataclass
+
 from geryon.errors import EmulationError
+from geryon.netconf.counters import read_class_counters
 
 # (section, counter) -> the name a row reports
 COUNTERS = {
@@ -17,7 +28,11 @@ COUNTERS = {
     ("TcpExt", "TCPLossUndo"): "loss_undo",
     ("TcpExt", "TCPDSACKRecv"): "dsack_recv",
     ("TcpExt", "TCPFastRetrans"): "fast_retrans",
+    ("TcpExt", "TCPBacklogDrop"): "backlog_drops",
+    ("TcpExt", "TCPRcvQDrop"): "rcvq_drops",
+    ("TcpExt", "TCPOFODrop"): "ofo_drops",
 }
+SOFTNET_STAT = "/proc/net/softnet_stat"
 
 
 def parse_snmp(text: str) -> dict[tuple[str, str], int]:
@@ -34,15 +49,39 @@ def parse_snmp(text: str) -> dict[tuple[str, str], int]:
     return values
 
 
+def queue_drops(dev: str, netns: str) -> int:
+    """Packets the tc classes of `dev` (in `netns`) dropped since they were made; 0 without classes."""
+    return sum(c.drops for c in read_class_counters(dev, netns))
+
+
+def parse_softnet_drops(text: str) -> int:
+    """Packets dropped because a CPU's input backlog was full, all CPUs: /proc/net/softnet_stat's second
+    column (hexadecimal, one line per CPU)."""
+    try:
+        return sum(int(line.split()[1], 16) for line in text.splitlines() if line.strip())
+    except (IndexError, ValueError) as exc:
+        raise EmulationError(f"unexpected {SOFTNET_STAT} layout: {text[:80]!r}") from exc
+
+
+def softnet_drops() -> int:
+    with open(SOFTNET_STAT) as f:
+        return parse_softnet_drops(f.read())
+
+
 def read_counters(cluster, host: str) -> dict[str, int]:
-    """The COUNTERS of one host, as absolute values since its namespace was made."""
+    """The COUNTERS and queue drops of one host, as absolute values since its namespace was made."""
     done = cluster.run(host, ["cat", "/proc/net/netstat", "/proc/net/snmp"], timeout=30, capture_output=True,
                        text=True)
     if done.returncode != 0:
         raise EmulationError(f"cannot read {host}'s TCP counters: {done.stderr.strip()}")
     # netstat and snmp each pair their lines; concatenated they still alternate names/values
     values = parse_snmp(done.stdout)
-    return {label: values.get(key, 0) for key, label in COUNTERS.items()}
+    counters = {label: values.get(key, 0) for key, label in COUNTERS.items()}
+    me = cluster.host(host)
+    switch_netns, switch_dev = cluster.switch_port(host)
+    counters["host_queue_drops"] = queue_drops(me.iface, me.netns)
+    counters["switch_port_drops"] = queue_drops(switch_dev, switch_netns)
+    return counters
 
 
 def read_all(cluster, hosts: list[str]) -> dict[str, dict[str, int]]:
@@ -54,8 +93,17 @@ def deltas(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) 
     return {host: {name: after[host][name] - before[host][name] for name in after[host]} for host in after}
 
 
-def counted(cluster, hosts: list[str], run):
-    """`run()`'s result, and the COUNTERS each of `hosts` added while it ran (`deltas`)."""
-    before = read_all(cluster, hosts)
+@dataclass
+class Counted:
+    """What `counted` measured around one phase."""
+
+    result: object
+    per_host: dict[str, dict[str, int]]   # each host's counters' growth (`deltas`)
+    softnet_drops: int                    # machine-wide: CPUs' input backlogs (every namespace, and others)
+
+
+def counted(cluster, hosts: list[str], run) -> Counted:
+    """`run()`'s result, the counters each of `hosts` added while it ran, and the machine's softnet drops."""
+    before, softnet_before = read_all(cluster, hosts), softnet_drops()
     result = run()
-    return result, deltas(before, read_all(cluster, hosts))
+    return Counted(result, deltas(before, read_all(cluster, hosts)), softnet_drops() - softnet_before)

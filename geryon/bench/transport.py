@@ -28,6 +28,12 @@ collectives in one launch of its roles, geryon's first, then gloo's, then the wi
 of the machine as long as one such block (tens of seconds at 100 MB) then lands on one system only.
 `--interleave` has the systems take turns, one timed collective per launch (each after its own
 untimed warm-up), so such a spell is shared; rows say `interleave`.
+Every row's `tcp_counters` (gloo's, the wire ring's) give per host what its TCP counters grew by over
+the system's launches (segments out, retransmissions, RTOs, probes, undos, DSACKs) and where packets
+were dropped: the host's egress queues, the switch port toward it, its sockets' backlog, receive and
+out-of-order queues; `softnet_drops` (gloo's, the wire ring's) counts the machine's CPUs' input
+backlogs overflowing meanwhile (`geryon.bench.tcpstats`). A retransmission with none of them is a
+drop somewhere else (or a spurious one: see DSACKs and undos).
     geryon bench priority --servers 2        high-priority burst under low-priority bulk, per policy
                                              (ratio_vs_unloaded)
 Every baseline is measured in the same run, on the same emulated hosts. Needs root.
@@ -262,7 +268,8 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
                                                    "--warmup", args.warmup, "--policy", policy, *_common(args)))
                            for w in range(workers)]
             host_names = [f"h{h + 1}" for h in range(hosts)]
-            records, tcp = tcpstats.counted(cluster, host_names, lambda: run_roles(cluster, placements))
+            counted = tcpstats.counted(cluster, host_names, lambda: run_roles(cluster, placements))
+            records, tcp = counted.result, counted.per_host
             periods = _coflow_periods(records[servers:])
             per_worker = _iteration_seconds(records[servers:])
             seconds = _median(periods)
@@ -286,7 +293,8 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
                           "server_minor_faults_per_gb": _per_gb(_summed(records[:servers], FAULTS),
                                                                 wire * (args.iters + args.warmup)),
                           # per host, over the roles' whole run (warm-up included): RTOs, probes, undos
-                          "timeouts_per_host": [tcp[h]["timeouts"] for h in host_names], "tcp_counters": tcp})
+                          "timeouts_per_host": [tcp[h]["timeouts"] for h in host_names], "tcp_counters": tcp,
+                          "softnet_drops": counted.softnet_drops})
 
 
 def bench_transport(args) -> int:
@@ -386,11 +394,13 @@ class _Measured:
     times: list[float] = field(default_factory=list)          # per collective, the slowest rank's seconds
     tcp: dict[str, dict[str, int]] = field(default_factory=dict)   # per host, counters summed over launches
     steal: list[float] | None = None                         # per collective, rank 0's steal (seconds)
+    softnet_drops: int = 0                                   # machine-wide, summed over launches
 
-    def add(self, records: list[list[dict]], times: list[float], tcp: dict[str, dict[str, int]]) -> None:
+    def add(self, records: list[list[dict]], times: list[float], tcp: tcpstats.Counted) -> None:
         self.records += records
         self.times += times
-        for host, counters in tcp.items():
+        self.softnet_drops += tcp.softnet_drops
+        for host, counters in tcp.per_host.items():
             mine = self.tcp.setdefault(host, dict.fromkeys(counters, 0))
             for name, value in counters.items():
                 mine[name] += value
@@ -422,9 +432,8 @@ def bench_allreduce(args) -> int:
                 measured = {name: _Measured() for name in systems}
                 for iters in launches:
                     for name, (placements, env) in systems.items():
-                        records, tcp = tcpstats.counted(
-                            cluster, hosts, lambda: run_roles(cluster, placements(iters), env=env))
-                        measured[name].add(records, _iteration_seconds(records), tcp)
+                        tcp = tcpstats.counted(cluster, hosts, lambda: run_roles(cluster, placements(iters), env=env))
+                        measured[name].add(tcp.result, _iteration_seconds(tcp.result), tcp)
                 mine, gloo = measured["geryon"], measured["gloo"]
                 ours, theirs = _median(mine.times), _median(gloo.times)
                 bound = ring_bound_seconds(size, workers, rate)
@@ -434,7 +443,8 @@ def bench_allreduce(args) -> int:
                     plain_ring = measured["wire"]
                     plain = _median(plain_ring.times)
                     ceiling = {"wire_ring_seconds": plain, "wire_ring_all_seconds": plain_ring.times,
-                               "wire_ring_tcp_counters": plain_ring.tcp, "ratio_vs_wire_ring": ours / plain,
+                               "wire_ring_tcp_counters": plain_ring.tcp,
+                               "wire_ring_softnet_drops": plain_ring.softnet_drops, "ratio_vs_wire_ring": ours / plain,
                                "gloo_ratio_vs_wire_ring": theirs / plain, "wire_ring_ratio_vs_line_rate": plain / bound,
                                "wire_ring_machine_cpu_s_per_gb": _per_gb(_summed(plain_ring.records, MACHINE),
                                                                          wire),
@@ -446,6 +456,7 @@ def bench_allreduce(args) -> int:
                               "all_seconds": mine.times, "gloo_all_seconds": gloo.times,
                               # per host, over each system's launches (their warm-ups and set-up too)
                               "tcp_counters": mine.tcp, "gloo_tcp_counters": gloo.tcp,
+                              "softnet_drops": mine.softnet_drops, "gloo_softnet_drops": gloo.softnet_drops,
                               "ratio_vs_gloo": ours / theirs, "ratio_vs_line_rate": ours / bound,
                               "gloo_ratio_vs_line_rate": theirs / bound,
                               "header_floor_vs_line_rate": header_floor(args.mtu),

@@ -177,12 +177,23 @@ def time_collectives(rank: int, world: int, iters: int, small_allreduce, collect
     from `tensors` after a barrier and every rank starts together. `small_allreduce(t)` sums a small
     float64 tensor across the ranks (the barrier and the start). Rank 0 also reads the machine's busy
     and stolen CPU (`machine_seconds`, ~20 us) around each run; `after_each(i)` runs after run i.
+
+    After each run, every rank waits at a barrier for every other rank's end before it goes on (to
+    `after_each`, to the next refill, or, after the last run, to its results and teardown). A rank
+    that went on at once would run that work on the shared cores while its peers still receive their
+    last pieces: before this barrier, geryon's ranks that finished the last timed collective first
+    started tearing down, and the ranks still receiving took 2 ms longer in the median, up to 15 ms
+    (docs/transport-profile.md, thirty-first session). Every system alike.
     """
     flag = torch.zeros(1, dtype=torch.float64)   # the barrier's tensor, kept: a sum of zeros stays zero
     machine_clock = machine_seconds if rank == 0 else (lambda: MachineSeconds(0.0, 0.0))
     times, starts, cpu, machine, steal, user, switches = [], [], 0.0, 0.0, [], 0.0, 0
+
+    def barrier():
+        small_allreduce(flag)
+
     for i in range(iters):
-        refill_between(lambda: small_allreduce(flag), work, tensors)
+        refill_between(barrier, work, tensors)
         started = start_together(rank, world, small_allreduce)
         cpu_started, machine_started, usage_started = time.process_time(), machine_clock(), process_usage()
         collective()
@@ -194,6 +205,7 @@ def time_collectives(rank: int, world: int, iters: int, small_allreduce, collect
         switches += usage_ended.switches - usage_started.switches
         machine += machine_ended.busy - machine_started.busy
         steal.append(machine_ended.steal - machine_started.steal)
+        barrier()                                 # every rank has ended run i
         if after_each is not None:
             after_each(i)
     if rank != 0:
