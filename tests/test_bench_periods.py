@@ -27,6 +27,7 @@ def test_an_early_finisher_carries_the_skew_the_period_does_not():
 def test_launches_of_one_system_add_up_in_order():
     """--interleave gathers a system's collectives over several launches of its roles: times and rank 0's
     steal in launch order, TCP counters summed per host, every record kept for the CPU sums."""
+    from geryon.bench.tcpstats import Counted
     from geryon.bench.transport import MACHINE, _Measured, _summed
 
     def launch(seconds, steal):
@@ -36,12 +37,11 @@ def test_launches_of_one_system_add_up_in_order():
         return [[rank0], [rank1]]
 
     measured = _Measured()
-    for seconds, steal, segs in ((5.0, 0.25, 10), (4.0, 0.0, 7)):
-        records = launch(seconds, steal)
-        measured.add(records, _iteration_seconds(records), {"h1": {"out_segs": segs}, "h2": {"out_segs": 1}})
+    for seconds, steal, segs, softnet in ((5.0, 0.25, 10, 3), (4.0, 0.0, 7, 0)):
+        measured.add(Counted(launch(seconds, steal), {"h1": {"out_segs": segs}, "h2": {"out_segs": 1}}, softnet))
     assert measured.times == [5.0, 4.0] and measured.steal == [0.25, 0.0]
-    assert measured.tcp == {"h1": {"out_segs": 17}, "h2": {"out_segs": 2}}
+    assert measured.tcp == {"h1": {"out_segs": 17}, "h2": {"out_segs": 2}} and measured.softnet_drops == 3
     assert _summed(measured.records) == 4.0 and _summed(measured.records, MACHINE) == 4.0
     unmeasured = _Measured()
-    unmeasured.add([[{"event": "result", "all_seconds": [1.0]}]], [1.0], {})
+    unmeasured.add(Counted([[{"event": "result", "all_seconds": [1.0]}]], {}, 0))
     assert unmeasured.steal is None           # roles that report no steal: the row says null

@@ -396,11 +396,13 @@ class _Measured:
     steal: list[float] | None = None                         # per collective, rank 0's steal (seconds)
     softnet_drops: int = 0                                   # machine-wide, summed over launches
 
-    def add(self, records: list[list[dict]], times: list[float], tcp: tcpstats.Counted) -> None:
+    def add(self, launch: tcpstats.Counted) -> None:
+        """One launch of the system's roles: `launch.result` is their records."""
+        records = launch.result
         self.records += records
-        self.times += times
-        self.softnet_drops += tcp.softnet_drops
-        for host, counters in tcp.per_host.items():
+        self.times += _iteration_seconds(records)
+        self.softnet_drops += launch.softnet_drops
+        for host, counters in launch.per_host.items():
             mine = self.tcp.setdefault(host, dict.fromkeys(counters, 0))
             for name, value in counters.items():
                 mine[name] += value
@@ -432,8 +434,8 @@ def bench_allreduce(args) -> int:
                 measured = {name: _Measured() for name in systems}
                 for iters in launches:
                     for name, (placements, env) in systems.items():
-                        tcp = tcpstats.counted(cluster, hosts, lambda: run_roles(cluster, placements(iters), env=env))
-                        measured[name].add(tcp.result, _iteration_seconds(tcp.result), tcp)
+                        measured[name].add(tcpstats.counted(
+                            cluster, hosts, lambda: run_roles(cluster, placements(iters), env=env)))
                 mine, gloo = measured["geryon"], measured["gloo"]
                 ours, theirs = _median(mine.times), _median(gloo.times)
                 bound = ring_bound_seconds(size, workers, rate)

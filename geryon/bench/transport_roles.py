@@ -229,7 +229,10 @@ def run_allreduce(args) -> None:
         for size in args.sizes:
             tensors, priorities = allreduce_inputs(size, args.rank, args.two_classes)
             work = [t.clone() for t in tensors]
-            group.allreduce([t.clone() for t in tensors], priorities)   # warm-up, plan agreement
+            # warm-up and plan agreement, on the buffers the timed collectives reduce (refilled before
+            # each), as a training loop reduces the same gradient buffers every iteration: the first
+            # timed collective then finds its plan and views prepared like the others
+            group.allreduce(work, priorities)
 
             def checksum(i: int) -> None:
                 digest = hashlib.sha256(b"".join(w.numpy().tobytes() for w in work)).hexdigest()
@@ -252,7 +255,7 @@ def run_gloo(args) -> None:
         for size in args.sizes:
             tensor = _tensors(size, args.rank)
             work = tensor.clone()
-            dist.all_reduce(tensor.clone())
+            dist.all_reduce(work)              # warm-up, on the timed collectives' buffer as geryon's
             timed = time_collectives(args.rank, args.world, args.iters, dist.all_reduce,
                                      lambda: dist.all_reduce(work), [work], [tensor])
             _emit(event="result", system="gloo", size_bytes=size, **timed.record())

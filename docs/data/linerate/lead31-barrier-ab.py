@@ -1,9 +1,12 @@
-"""The closing barrier A/B (thirty-first session): per position of the three timed collectives, geryon's
-and gloo's seconds with the code before (old: a rank went on to its results and teardown as soon as
-its own last collective ended) and after (new: every rank first waits for every other rank's end),
-with a two-sided Mann-Whitney test of new against old; then each round's median of 3 against gloo's.
+"""An old/new A/B of the allreduce bench, per position of the three timed collectives: geryon's and gloo's
+seconds with each tree (records tagged `tree`), a two-sided Mann-Whitney test of new against old, then
+each round's median of 3 against gloo's. The thirty-first session's two A/Bs: the closing barrier
+(old: a rank went on to its results and teardown as soon as its own last collective ended; new: every
+rank first waits for every other rank's end), and the warm-up on the timed collectives' own buffers
+(old: on a copy, so geryon's first timed collective prepared a new plan).
 
     python docs/data/linerate/lead31-barrier-ab.py lead31-barrier-ab-1gbit.jsonl
+    python docs/data/linerate/lead31-barrier-ab.py lead31-warmup-ab-1gbit.jsonl
 """
 import json
 import pathlib
