@@ -182,7 +182,7 @@ def time_collectives(rank: int, world: int, iters: int, small_allreduce, collect
     `after_each`, to the next refill, or, after the last run, to its results and teardown). A rank
     that went on at once would run that work on the shared cores while its peers still receive their
     last pieces: before this barrier, geryon's ranks that finished the last timed collective first
-    started tearing down, and the ranks still receiving took 2 ms longer in the median, up to 15 ms
+    started tearing down, and the ranks still receiving took 1.8 ms longer in the median, up to 17 ms
     (docs/transport-profile.md, thirty-first session). Every system alike.
     """
     flag = torch.zeros(1, dtype=torch.float64)   # the barrier's tensor, kept: a sum of zeros stays zero
