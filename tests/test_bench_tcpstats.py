@@ -2,13 +2,15 @@
 (each sender faster than its own port, the two together twice the receiver's) is dropped in the
 senders' egress queues and in the switch port toward the receiver, and `tcpstats.counted` says so."""
 
+import json
+import subprocess
 import sys
 
 import pytest
 
 from geryon.bench import tcpstats
 from geryon.emulate import EmulatedCluster
-from geryon.errors import EmulationError
+from geryon.errors import EmulationError, InterfaceNotFound
 
 BLAST = """
 import socket, sys, time
@@ -41,6 +43,10 @@ def test_counted_names_the_queues_that_dropped(unique_name):
             return [p.wait(timeout=30) for p in senders]
 
         counted = tcpstats.counted(cluster, ["h1", "h2", "h3"], blast)
+        for name in ("h1", "h2"):   # a link's drops are what iproute2 reports for it
+            host, (switch_netns, switch_dev) = cluster.host(name), cluster.switch_port(name)
+            for netns, dev in ((host.netns, host.iface), (switch_netns, switch_dev)):
+                assert tcpstats.link_drops(dev, netns) == _iproute2_drops(dev, netns)
     assert counted.result == [0, 0]
     drops = counted.per_host
     # each sender offered far more than its 10 Mbit/s port: its own queue dropped the rest
@@ -49,4 +55,19 @@ def test_counted_names_the_queues_that_dropped(unique_name):
     assert drops["h2"]["switch_port_drops"] > 0
     assert drops["h1"]["switch_port_drops"] == drops["h3"]["switch_port_drops"] == 0
     assert drops["h2"]["host_queue_drops"] == 0 and counted.softnet_drops >= 0
-    assert all(c["backlog_drops"] == c["rcvq_drops"] == c["ofo_drops"] == 0 for c in drops.values())
+    nowhere_else = ("host_link_drops", "switch_link_drops", "ip_in_discards", "backlog_drops", "rcvq_drops",
+                    "ofo_drops", "ofo_pruned", "rcv_pruned", "zero_window_drops")
+    assert all(c[where] == 0 for c in drops.values() for where in nowhere_else)
+
+
+def _iproute2_drops(dev: str, netns: str) -> int:
+    shown = json.loads(subprocess.run(["ip", "-n", netns, "-s", "-j", "link", "show", "dev", dev], check=True,
+                                      capture_output=True, text=True).stdout)[0]["stats64"]
+    return shown["rx"]["dropped"] + shown["tx"]["dropped"]
+
+
+@pytest.mark.root
+def test_link_drops_of_a_missing_device_say_which(unique_name):
+    with EmulatedCluster(unique_name, hosts=2, bw="10mbit") as cluster:
+        with pytest.raises(InterfaceNotFound, match="nosuchdev"):
+            tcpstats.link_drops("nosuchdev", cluster.host("h1").netns)

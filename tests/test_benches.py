@@ -58,7 +58,12 @@ def test_bench_allreduce_times_the_wire_ring_like_the_collectives():
         assert sorted(record[key]) == ["h1", "h2", "h3"] and all(c["out_segs"] > 0 for c in record[key].values())
         # ... and where packets were dropped (tests/test_bench_tcpstats.py makes drops happen)
         assert all(c[where] >= 0 for c in record[key].values()
-                   for where in ("host_queue_drops", "switch_port_drops", "backlog_drops", "rcvq_drops"))
+                   for where in ("host_queue_drops", "switch_port_drops", "host_link_drops", "switch_link_drops",
+                                 "ip_in_discards", "backlog_drops", "rcvq_drops", "ofo_pruned", "rcv_pruned"))
+        # ... and whether the sender found a retransmission needless (reordering, not loss)
+        assert all(c[what] >= 0 for c in record[key].values()
+                   for what in ("dsack_recv_segs", "full_undo", "partial_undo", "dsack_undo", "sack_reorders",
+                                "ts_reorders"))
     for key in ("softnet_drops", "gloo_softnet_drops", "wire_ring_softnet_drops"):
         assert record[key] >= 0, key
     # CPU per GB: the processes' own, and the whole machine's over rank 0's timed collectives

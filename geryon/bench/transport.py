@@ -30,10 +30,11 @@ of the machine as long as one such block (tens of seconds at 100 MB) then lands 
 untimed warm-up), so such a spell is shared; rows say `interleave`.
 Every row's `tcp_counters` (gloo's, the wire ring's) give per host what its TCP counters grew by over
 the system's launches (segments out, retransmissions, RTOs, probes, undos, DSACKs) and where packets
-were dropped: the host's egress queues, the switch port toward it, its sockets' backlog, receive and
-out-of-order queues; `softnet_drops` (gloo's, the wire ring's) counts the machine's CPUs' input
-backlogs overflowing meanwhile (`geryon.bench.tcpstats`). A retransmission with none of them is a
-drop somewhere else (or a spurious one: see DSACKs and undos).
+were dropped: the host's egress queues, the switch port toward it, the two ends of its link, its IP
+input, its sockets' backlog, receive and out-of-order queues; `softnet_drops` (gloo's, the wire ring's)
+counts the machine's CPUs' input backlogs overflowing meanwhile (`geryon.bench.tcpstats`). A
+retransmission with none of them was most likely spurious: the sender's undos and detected reorderings
+(`full_undo`, `partial_undo`, `dsack_undo`, `loss_undo`, `sack_reorders`, `ts_reorders`) say so.
     geryon bench priority --servers 2        high-priority burst under low-priority bulk, per policy
                                              (ratio_vs_unloaded)
 Every baseline is measured in the same run, on the same emulated hosts. Needs root.
