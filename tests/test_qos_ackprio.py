@@ -1,6 +1,6 @@
 """The pure-ACK class of QoS profiles (`ack_priority = off|top|own`): parsing and its errors, golden output
 per target, what each target can and cannot match (refusals and warnings), OpenConfig validated by yanglint
-against ../shared/yang (skipped without it), the Linux rendering accepted by tc in a namespace, and the EOS
+against the models vendored in tests/yang, the Linux rendering accepted by tc in a namespace, and the EOS
 session (apply, read back, idempotent) through a real sshd stand-in."""
 
 import json

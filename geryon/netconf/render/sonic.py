@@ -17,7 +17,7 @@ SONiC Configuration Database Manual and ACL High Level Design (sonic-net/SONiC w
 doc/acl/ACL-High-Level-Design.md: ETHER_TYPE, IP_TYPE, IP_PROTOCOL, SRC_IP, DST_IP, L4_SRC_PORT(_RANGE),
 L4_DST_PORT(_RANGE), TCP_FLAGS, DSCP, ...) have no packet length, and a flags-only match would also take
 every bulk data segment sent without PSH (the bulk of a transfer), reordering it against the rest.
-../shared/yang has no sonic-acl model either, so such tables could not be validated here.
+The vendored models (tests/yang) have no sonic-acl model either, so such tables could not be validated.
 
 Hazards:
   - Stock SONiC (the `AZURE` maps of qos.json.j2) puts DSCP 46 in TC 5 and queue 5 under a DWRR
@@ -25,7 +25,7 @@ Hazards:
     port at our maps and the queue at a STRICT scheduler. Both are rendered here, per port.
   - The stock buffer templates make TC/queue 3 and 4 lossless (PFC); the built-in profiles avoid them.
   - config_db stores every value as a string; the YANG form needs numbers for uint8 leaves (tc, weight,
-    speed) and strings for `dscp`/`qindex` (see ../shared/yang/README.md, "Values as strings").
+    speed) and strings for `dscp`/`qindex` (RFC 7951: uint8 as numbers, uint64 as strings).
   - The YANG form needs a PORT entry per port for the leafrefs; on a switch PORT comes from the running
     config, so `render_yang` adds placeholders (lanes = position, speed = the profile rate or 100G).
 """
