@@ -28,10 +28,11 @@ def test_sonic_tables_cover_every_dscp_and_bind_every_port():
     assert set(data) == {"DSCP_TO_TC_MAP", "TC_TO_QUEUE_MAP", "SCHEDULER", "QUEUE", "PORT_QOS_MAP"}
     dscp = data["DSCP_TO_TC_MAP"]["GERYON"]
     assert sorted(map(int, dscp)) == list(range(64)) and all(isinstance(v, str) for v in dscp.values())
-    assert dscp["46"] == "7" and dscp["34"] == "5" and dscp["18"] == "2" and dscp["1"] == "0"
-    assert data["SCHEDULER"]["GERYON_Q7"] == {"type": "STRICT"}
+    assert dscp["46"] == "6" and dscp["34"] == "5" and dscp["18"] == "2" and dscp["1"] == "0"  # 7: control
+    assert data["SCHEDULER"]["GERYON_Q6"] == {"type": "STRICT"}
     assert data["SCHEDULER"]["GERYON_Q0"] == {"type": "DWRR", "weight": "20"}
-    assert data["QUEUE"]["Ethernet4|7"] == {"scheduler": "GERYON_Q7"}
+    assert data["QUEUE"]["Ethernet4|6"] == {"scheduler": "GERYON_Q6"}
+    assert data["QUEUE"]["Ethernet4|7"] == {"scheduler": "GERYON_CONTROL"}
     assert data["PORT_QOS_MAP"]["Ethernet0"] == {"dscp_to_tc_map": "GERYON", "tc_to_queue_map": "GERYON"}
 
 

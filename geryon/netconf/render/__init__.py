@@ -11,6 +11,10 @@ docstring, each exposing `LIMITS` (a `TargetLimits`) and `render(profile) -> Ren
   nvue        NVIDIA Cumulus Linux NVUE (`nv set qos ...`)
   junos       Juniper Junos `set class-of-service ...`
 
+Each rendering also carries `verify`: the target's commands that show per-queue counters of its ports
+(`--json` lists them; CLI renderings end with them as comments), and where the switch prints structured
+output its module has `parse_queue_counters(text) -> {port: {queue: QueueCount}}`.
+
 `render(profile, target)` checks the profile against the target's limits first (TargetLimitError before
 anything is produced, let alone applied).
 """
@@ -36,10 +40,12 @@ class Rendering:
     data: object = None
     notes: tuple[str, ...] = field(default=())
     commands: tuple[str, ...] = ()  # CLI targets: one configuration line each, in order
+    verify: tuple[str, ...] = ()  # the switch's commands that show per-queue counters of the ports
 
     def as_dict(self) -> dict:
         return {"target": self.target, "profile": self.profile.name, "notes": list(self.notes),
-                "config": self.data if self.data is not None else self.text.splitlines()}
+                "config": self.data if self.data is not None else self.text.splitlines(),
+                "verify": list(self.verify)}
 
 
 def target_module(target: str):
@@ -60,6 +66,25 @@ def render(profile: QosProfile, target: str, fmt: str = "native") -> Rendering:
     if fmt == "yang" and target == "sonic":
         return module.render_yang(carried)
     return module.render(carried)
+
+
+@dataclass(frozen=True)
+class QueueCount:
+    """Counters of one egress queue of one port, as the switch reports them (None: not available)."""
+
+    packets: int | None
+    bytes: int | None
+    dropped_packets: int | None
+
+
+def counter(value) -> int | None:
+    """A switch's counter value as an int: numbers, digit strings ("1,234" too), None for "N/A"."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).replace(",", "").strip()
+    return int(text) if text.isdigit() else None
 
 
 def dump_json(data) -> str:
