@@ -105,13 +105,15 @@ def test_target_limits_strict_queues_and_weights():
         with pytest.raises(TargetLimitError, match="strict queue"):
             render(two_strict, target)
     assert render(two_strict, "sonic").data["SCHEDULER"]["GERYON_Q5"] == {"type": "STRICT"}
-    lopsided = validate_profile(QosProfile("y", (QosClass("a", (46,), 7, "strict"),
-                                                 *(QosClass(f"w{i}", (i + 1,), q, "weighted", 100, lossless=q in (3, 4))
+    def lopsided(lossless):
+        return validate_profile(QosProfile("y", (QosClass("a", (46,), 7, "strict"),
+                                                 *(QosClass(f"w{i}", (i + 1,), q, "weighted", 100, lossless=lossless(q))
                                                    for i, q in enumerate((5, 4, 3, 2, 1))),
                                                  QosClass("z", (0,), 0, "weighted", 1)), "z"))
     with pytest.raises(TargetLimitError, match="below 1% of the total"):
-        check_target(lopsided, target_module("nxos").LIMITS)
-    check_target(lopsided, target_module("sonic").LIMITS)  # SONiC takes raw DWRR weights 1..100
+        check_target(lopsided(lambda q: False), target_module("nxos").LIMITS)
+    # SONiC takes raw DWRR weights 1..100 (its queues 3 and 4 are lossless by default)
+    check_target(lopsided(lambda q: q in (3, 4)), target_module("sonic").LIMITS)
 
 
 def test_percentages_sum_to_100():

@@ -63,12 +63,15 @@ def test_eos_syntax_and_sand_queue7_hazard():
 def test_nxos_syntax_and_percentages_sum_to_100():
     text = rendering("nxos", "4", "native").text
     assert "class-map type qos match-any GERYON-high\n  match dscp 46\n" in text
-    assert "  class GERYON-high\n    set qos-group 7\n" in text
+    assert "  class GERYON-high\n    set qos-group 6\n" in text  # queue 7 is network control's
+    assert "class-map type qos match-any GERYON-control\n  match dscp 48,56\n" in text
+    assert "policy-map type qos GERYON-IN\n  class GERYON-control\n    set qos-group 7\n" in text
     assert "  class type queuing c-out-8q-q7\n    priority level 1\n" in text
+    assert "  class type queuing c-out-8q-q6\n    priority level 2\n" in text
     assert "system qos\n  service-policy type queuing output GERYON-OUT\n" in text
     assert "interface Ethernet1/1\n  service-policy type qos input GERYON-IN\n" in text
     shares = [int(n) for n in re.findall(r"bandwidth remaining percent (\d+)", text)]
-    assert len(shares) == 7 and sum(shares) == 100
+    assert len(shares) == 6 and sum(shares) == 100
     assert text.count("class type queuing") == 8
     odd = validate_profile(QosProfile("o", (QosClass("a", (46,), 7, "strict"), QosClass("b", (26,), 5, "weighted", 1),
                                             QosClass("c", (10,), 3, "weighted", 1),
@@ -80,13 +83,16 @@ def test_nvue_syntax_and_default_scheduler_hazard():
     """Every TC is rendered so the default 12/13% DWRR shares of untouched TCs cannot push the sum past 100."""
     text = rendering("nvue", "4", "native").text
     assert text.startswith("nv set qos mapping default-global trust l3\n")
-    assert "nv set qos mapping default-global dscp 46 switch-priority 7\n" in text
+    assert "nv set qos mapping default-global dscp 46 switch-priority 6\n" in text  # 7 is network control's
+    assert "nv set qos mapping default-global dscp 48 switch-priority 7\n" in text
+    assert "nv set qos mapping default-global dscp 56 switch-priority 7\n" in text
     assert text.count("nv set qos mapping default-global dscp ") == 64
     assert "nv set qos egress-queue-mapping default-global switch-priority 7 traffic-class 7\n" in text
     assert "nv set qos egress-scheduler default-global traffic-class 7 mode strict\n" in text
+    assert "nv set qos egress-scheduler default-global traffic-class 6 mode strict\n" in text
     shares = {int(tc): int(p) for tc, p in
               re.findall(r"egress-scheduler default-global traffic-class (\d) bw-percent (\d+)", text)}
-    assert set(shares) == set(range(7)) and sum(shares.values()) == 100
+    assert set(shares) == set(range(6)) and sum(shares.values()) == 100
     assert all(1 <= p <= 100 for p in shares.values())
 
 
@@ -98,11 +104,14 @@ def test_junos_syntax_and_qfx_queue7_hazard():
             "code-points [ 101110 ]\n") in text
     assert "set class-of-service schedulers geryon-high-sched priority strict-high\n" in text
     assert text.count("strict-high") == 1
-    assert "set class-of-service schedulers geryon-low-sched transmit-rate percent 100\n" in text
+    assert "set class-of-service schedulers geryon-high-sched shaping-rate percent 95\n" in text  # the QFX guard
+    assert "set class-of-service schedulers geryon-low-sched transmit-rate percent 95\n" in text
+    assert "set class-of-service schedulers geryon-control-sched transmit-rate percent 5\n" in text
     assert "set class-of-service interfaces xe-0/0/0 scheduler-map GERYON-MAP\n" in text
     assert "set class-of-service interfaces xe-0/0/0 unit 0 classifiers dscp GERYON-DSCP\n" in text
-    points = re.findall(r"code-points \[ ([01 ]+) \]", text)
-    assert sorted(int(p, 2) for group in points for p in group.split()) == list(range(64))
+    for kind in ("dscp GERYON-DSCP ", "dscp-ipv6 GERYON-DSCP6 "):
+        points = re.findall(kind + r".*code-points \[ ([01 ]+) \]", text)
+        assert sorted(int(p, 2) for group in points for p in group.split()) == list(range(64))
 
 
 def test_linux_plan_matches_netconf_layout():
@@ -118,7 +127,8 @@ def test_openconfig_structure():
     qos = rendering("openconfig", "4", "native").data["openconfig-qos:qos"]
     policy = qos["scheduler-policies"]["scheduler-policy"][0]["schedulers"]["scheduler"]
     assert policy[0]["config"] == {"sequence": 0, "priority": "STRICT"}
-    weights = {i["id"]: i["config"]["weight"] for i in policy[1]["inputs"]["input"]}
+    assert policy[0]["inputs"]["input"][0]["id"] == "geryon-control" and policy[1]["config"]["priority"] == "STRICT"
+    weights = {i["id"]: i["config"]["weight"] for i in policy[2]["inputs"]["input"]}
     assert weights == {"p1": "50", "p2": "30", "low": "20"}  # uint64: strings in RFC 7951
     terms = qos["classifiers"]["classifier"][0]["terms"]["term"]
     assert sorted(d for t in terms for d in t["conditions"]["ipv4"]["config"]["dscp-set"]) == list(range(64))

@@ -65,7 +65,8 @@ _CLASS_KEYS = {"name", "dscp", "queue", "scheduler", "weight", "default", "lossl
 _PROFILE_KEYS = {"name", "rate", "ports", "class", "description", "ack_priority"}
 ACK_OFF = "off"
 CONTROL_DSCPS = (48, 56)  # CS6, CS7: routing protocols and network control (RFC 4594), never a training class
-CONTROL_SHARE_PERCENT = 5  # the cap of the control queue where a target shapes it, so it cannot starve training
+CONTROL_SHARE_PERCENT = 5  # the control queue's share where a target caps or guarantees it
+STRICT_GUARD_PERCENT = 100 - CONTROL_SHARE_PERCENT  # the shaper on a strict class where the vendor asks for one
 PLATFORM_LOSSLESS_QUEUES = (3, 4)  # SONiC's stock lossless TCs (qos_config.j2 LOSSLESS_TC); QFX fcoe/no-loss
 ACK_SHARE_PERCENT = round(ACK_SHARE * 100)  # "own": the ACK queue's cap where a target can shape a queue
 ACK_MAX_LEN = ACK_IPV4_MAX_LEN  # pure ACKs: IPv4 total length below this (see geryon.netconf.plan)
@@ -155,6 +156,7 @@ class TargetLimits:
     lossless_queues: tuple[int, ...] = ()  # lossless (PFC) by the platform's defaults: no lossy class there
     lossless_why: str = ""
     lossless_fixed: bool = False  # a lossless class must sit on one of lossless_queues (buffers are the platform's)
+    lossless_refused: str = ""  # why this target cannot render a lossless class (empty: it can)
     percent_weights: bool = False  # weights become percentages that must sum to exactly 100
     needs_weighted_default: bool = False  # the default (catch-all) queue must be weighted
     ack_match: str | None = ACK_EXACT  # how close its pure-ACK match comes (ACK_EXACT, ACK_APPROX, None: none)
@@ -424,6 +426,9 @@ def reserved_queues(limits: TargetLimits) -> tuple[set[int], dict[int, str]]:
 def _check_lossless(name: str, classes: list[QosClass], limits: TargetLimits) -> None:
     """A lossy class never lands on a queue the platform keeps lossless; a lossless one where the target can."""
     for cls in classes:
+        if cls.lossless and limits.lossless_refused:
+            raise TargetLimitError(f"{limits.target} cannot carry lossless class {cls.name!r} of profile {name!r}: "
+                                   f"{limits.lossless_refused}")
         if not cls.lossless and cls.queue in limits.lossless_queues:
             raise TargetLimitError(
                 f"{limits.target}: class {cls.name!r} of profile {name!r} is lossy but queue {cls.queue} is lossless "

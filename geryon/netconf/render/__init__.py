@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass, field
 
 from geryon.errors import ConfigError
-from geryon.netconf.profile import QosProfile, check_target
+from geryon.netconf.profile import CONTROL_DSCPS, QosProfile, check_target
 
 TARGETS = ("linux", "sonic", "openconfig", "eos", "nxos", "nvue", "junos")
 FORMATS = ("native", "yang")
@@ -75,6 +75,26 @@ class QueueCount:
     packets: int | None
     bytes: int | None
     dropped_packets: int | None
+
+
+def dscp_queues(profile: QosProfile, control_queue: int | None, keep: dict[int, int] | None = None) -> dict[int, int]:
+    """Every DSCP 0..63 -> queue: the profile's classes (unlisted DSCPs to the default class), the DSCPs of
+    `keep` (the platform's own, e.g. lossless RoCE) where no class lists them, and network control
+    (CONTROL_DSCPS) to `control_queue` when the target has one."""
+    listed = {dscp for cls in profile.classes for dscp in cls.dscps}
+    out = {dscp: cls.queue for dscp, cls in profile.dscp_map().items()}
+    out.update({dscp: queue for dscp, queue in (keep or {}).items() if dscp not in listed})
+    if control_queue is not None:
+        out.update({dscp: control_queue for dscp in CONTROL_DSCPS})
+    return out
+
+
+def by_queue(mapping: dict[int, int]) -> dict[int, list[int]]:
+    """queue -> its DSCPs, ascending, from a DSCP -> queue map."""
+    out: dict[int, list[int]] = {}
+    for dscp in sorted(mapping):
+        out.setdefault(mapping[dscp], []).append(dscp)
+    return out
 
 
 def counter(value) -> int | None:

@@ -50,11 +50,11 @@ Hazards:
     config, so `render_yang` adds placeholders (lanes = position, speed = the profile rate or 100G).
 """
 
-from geryon.netconf.profile import CONTROL_DSCPS, PLATFORM_LOSSLESS_QUEUES, QosProfile, TargetLimits
+from geryon.netconf.profile import PLATFORM_LOSSLESS_QUEUES, QosProfile, TargetLimits
 import json
 
 from geryon.errors import ConfigError
-from geryon.netconf.render import QueueCount, Rendering, counter, dump_json
+from geryon.netconf.render import QueueCount, Rendering, counter, dscp_queues, dump_json
 
 LIMITS = TargetLimits("sonic", max_strict=8, ack_match=None,
                       ack_why="an ACL_RULE matches TCP_FLAGS (0x10/0x3f) but has no packet-length field, so it "
@@ -78,18 +78,9 @@ def _ports(profile: QosProfile) -> tuple[str, ...]:
     return profile.ports or DEFAULT_PORTS
 
 
-def dscp_to_tc(profile: QosProfile) -> dict[int, int]:
-    """Every DSCP -> TC: the profile's classes, control to TC 7, the stock lossless DSCPs kept unless listed."""
-    listed = {dscp for cls in profile.classes for dscp in cls.dscps}
-    out = {dscp: cls.queue for dscp, cls in profile.dscp_map().items()}
-    out.update({dscp: tc for dscp, tc in STOCK_LOSSLESS_DSCPS.items() if dscp not in listed})
-    out.update({dscp: LIMITS.control_queue for dscp in CONTROL_DSCPS})
-    return out
-
-
 def config_db(profile: QosProfile) -> dict:
     """The QoS entries and fields geryon owns, in config_db form (every value a string)."""
-    dscp_map = dscp_to_tc(profile)
+    dscp_map = dscp_queues(profile, LIMITS.control_queue, STOCK_LOSSLESS_DSCPS)
     schedulers = {}
     for cls in profile.classes:
         entry = {"type": "STRICT"} if cls.strict else {"type": "DWRR", "weight": str(cls.weight)}
