@@ -19,7 +19,8 @@ from geryon.netconf.session import build_session
 
 SWITCHES = ("sonic", "openconfig", "eos", "nxos", "nvue", "junos")
 CLI = ("eos", "nxos", "nvue", "junos")
-PORTS = {"sonic": ["Ethernet0", "Ethernet4"], "openconfig": ["Ethernet0", "Ethernet4"], "eos": ["Ethernet1", "Ethernet2"],
+PORTS = {"sonic": ["Ethernet0", "Ethernet4"], "openconfig": ["Ethernet0", "Ethernet4"],
+         "eos": ["Ethernet1", "Ethernet2"],
          "nxos": ["Ethernet1/1", "Ethernet1/2"], "nvue": ["swp1", "swp2"], "junos": ["xe-0/0/0", "xe-0/0/1"],
          "linux": ["eth1", "eth2"]}
 
@@ -91,7 +92,8 @@ def test_openconfig_control_is_served_first():
         terms = {t["id"]: t for t in classifier["terms"]["term"]}
         key = classifier["config"]["type"].lower()
         assert terms["geryon-control"]["conditions"][key]["config"]["dscp-set"] == [48, 56]
-        assert all(48 not in t["conditions"][key]["config"]["dscp-set"] for i, t in terms.items() if i != "geryon-control")
+        assert all(48 not in t["conditions"][key]["config"]["dscp-set"]
+                   for i, t in terms.items() if i != "geryon-control")
     first = qos["scheduler-policies"]["scheduler-policy"][0]["schedulers"]["scheduler"][0]
     assert first["config"] == {"sequence": 0, "priority": "STRICT"}
     assert [i["id"] for i in first["inputs"]["input"]] == ["geryon-control"]
@@ -232,8 +234,9 @@ def test_cli_sessions_apply_exactly_the_rendered_lines_and_undo_that_change(targ
     wrapper = {"eos": (1, 1), "junos": (1, 2), "nxos": (0, 1), "nvue": (0, 1)}[target]
     assert sent[wrapper[0]:len(sent) - wrapper[1]] == list(rendering.commands)
     undo = " ".join(s.command + " " + (s.stdin or "") for s in session.rollback)
-    assert {"eos": "configure session geryon-qos abort", "junos": "rollback 1",
-            "nxos": "rollback running-config checkpoint geryon-qos", "nvue": "nv config apply {revision} -y"}[target] in undo
+    expected = {"eos": "configure session geryon-qos abort", "junos": "rollback 1",
+                "nxos": "rollback running-config checkpoint geryon-qos", "nvue": "nv config apply {revision} -y"}
+    assert expected[target] in undo
 
 
 # --- verification ----------------------------------------------------------------------------------

@@ -221,3 +221,29 @@ def test_queue_counters_command_and_parse():
     assert sorted(parsed) == [0, 6, 7]
     assert (parsed[0].packets, parsed[0].bytes, parsed[0].dropped_packets) == (1200, 1800000, 3)
     assert parsed[7].packets is None
+
+
+def test_cluster_check_reads_the_probe_in_its_switch_queue():
+    """`geryon cluster check` on a SONiC bottleneck: the probe's packets must show in its class's queue."""
+    from types import SimpleNamespace
+
+    from geryon.cluster.check import MIN_PROBE_PACKETS, switch_queue_item
+
+    def read(packets_by_queue):
+        text = json.dumps({"Ethernet4": {f"UC{q}": {"totalpacket": str(n), "totalbytes": str(n * 1500),
+                                                     "droppacket": "0", "dropbytes": "0"}
+                                          for q, n in packets_by_queue.items()}})
+        return text, parse_queue_counters(text)["Ethernet4"]
+
+    switch, high = SimpleNamespace(name="leaf1", kind="sonic"), QosClass("high", (46,), 6, "strict")
+    command = render(builtin_profile("two-class").with_ports(["Ethernet4"]), "sonic").verify[0]
+    before = read({0: 100, 6: 10, 7: 5})
+    landed = switch_queue_item(switch, "Ethernet4", high, 6, command, before, read({0: 100, 6: 300, 7: 6}))
+    assert landed["ok"] and landed["packets"] == 290 and landed["command"] == "show queue counters Ethernet4 --json"
+    elsewhere = switch_queue_item(switch, "Ethernet4", high, 6, command, before, read({0: 390, 6: 10, 7: 6}))
+    assert not elsewhere["ok"] and elsewhere["packets"] == 0 and "lands elsewhere" in elsewhere["error"]
+    assert MIN_PROBE_PACKETS > 0
+    unparsed = switch_queue_item(SimpleNamespace(name="leaf2", kind="eos"), "Ethernet1", high, 6,
+                                 "show interfaces Ethernet1 counters queue", ("Tx-Queue ...", None),
+                                 ("Tx-Queue 6 ...", None))
+    assert unparsed["ok"] and unparsed["parsed"] is False and unparsed["output"] == "Tx-Queue 6 ..."

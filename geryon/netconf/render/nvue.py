@@ -99,7 +99,8 @@ def commands(profile: QosProfile) -> list[str]:
 
 
 def verify_commands(profile: QosProfile) -> tuple[str, ...]:
-    return tuple(f"nv show interface {port} counters qos egress-queue-stats -o json" for port in profile.ports or ("swp1",))
+    return tuple(f"nv show interface {port} counters qos egress-queue-stats -o json"
+                 for port in profile.ports or ("swp1",))
 
 
 def render(profile: QosProfile) -> Rendering:

@@ -94,8 +94,12 @@ def commands(profile: QosProfile) -> list[str]:
     lines.append(f"policy-map type queuing {QUEUING_POLICY}")
     for queue in range(7, -1, -1):
         lines.append(f"  class type queuing {queuing_class(queue)}")
-        lines.append("    priority level 1" if queue == LIMITS.control_queue else "    priority level 2" if queue in strict
-                     else f"    bandwidth remaining percent {shares.get(queue, 0)}")
+        if queue == LIMITS.control_queue:
+            lines.append("    priority level 1")
+        elif queue in strict:
+            lines.append("    priority level 2")
+        else:
+            lines.append(f"    bandwidth remaining percent {shares.get(queue, 0)}")
     lines += ["system qos", f"  service-policy type queuing output {QUEUING_POLICY}"]
     for port in profile.ports or DEFAULT_PORTS:
         lines += [f"interface {port}", f"  service-policy type qos input {QOS_POLICY}"]
