@@ -267,3 +267,23 @@ def test_openconfig_queue_counters_parse():
     parsed = parse_queue_counters(json.dumps(sample))["Ethernet0"]
     assert (parsed["high"].packets, parsed["high"].bytes, parsed["low"].dropped_packets) == (1000, 1500000, 7)
     assert parsed["geryon-control"].packets == 42
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 5])
+def test_class_specs_render_on_every_target_up_to_five_classes(count):
+    """`--classes N` lands clear of the default-lossless queues and of network control's queue 7."""
+    from geryon.netconf.profile import profile_from_classes
+    prof = profile_from_classes(count)
+    for target in TARGETS:
+        assert render(prof, target).profile.classes[0].queue == (7 if target == "linux" else 6)
+    assert not {c.queue for c in prof.classes} & {3, 4}
+
+
+@pytest.mark.parametrize("count", [6, 7])
+def test_six_and_seven_classes_fit_the_targets_without_default_lossless_queues(count):
+    from geryon.netconf.profile import profile_from_classes
+    prof = profile_from_classes(count)
+    for target in ("eos", "nvue", "openconfig", "linux"):
+        assert [c.queue for c in render(prof, target).profile.classes][0] == (7 if target == "linux" else 6)
+    with pytest.raises(TargetLimitError, match="lossy but queue 4 is lossless"):
+        render(prof, "sonic")

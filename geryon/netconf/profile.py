@@ -315,11 +315,14 @@ def profile_from_dict(data: dict, default_name: str = "profile", source: str = "
                                        ack_priority=ack))
 
 
-_SPREAD = {1: [0], 2: [7, 0], 3: [7, 5, 0], 4: [7, 5, 2, 0], 5: [7, 5, 2, 1, 0]}
+# Up to 5 classes clear of PLATFORM_LOSSLESS_QUEUES; 6 and 7 leave queue 6 free for the top class, which
+# every switch target moves there from 7 (network control's); 8 fit only targets without a control queue.
+_SPREAD = {1: [0], 2: [7, 0], 3: [7, 5, 0], 4: [7, 5, 2, 0], 5: [7, 5, 2, 1, 0], 6: [7, 5, 4, 2, 1, 0],
+           7: [7, 5, 4, 3, 2, 1, 0]}
 
 
 def _queues_for(count: int) -> list[int]:
-    """Queues for `count` lossy classes, highest class on queue 7, clear of PLATFORM_LOSSLESS_QUEUES up to 5."""
+    """Queues for `count` lossy classes, highest class on queue 7 (see _SPREAD)."""
     if count in _SPREAD:
         return _SPREAD[count]
     return [round(MAX_QUEUE * (count - 1 - i) / (count - 1)) for i in range(count)]
