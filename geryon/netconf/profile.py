@@ -149,9 +149,7 @@ class TargetLimits:
 
     target: str
     max_strict: int = 8
-    reserved_queues: tuple[int, ...] = ()  # a class on one of these moves one queue down (7 -> 6)
-    reserved_why: str = ""
-    control_queue: int | None = None  # where CONTROL_DSCPS go, strict above every class (reserved: classes move down)
+    control_queue: int | None = None  # where CONTROL_DSCPS go, above every class; a class there moves one down
     control_why: str = ""
     lossless_queues: tuple[int, ...] = ()  # lossless (PFC) by the platform's defaults: no lossy class there
     lossless_why: str = ""
@@ -399,31 +397,22 @@ def check_target(profile: QosProfile, limits: TargetLimits) -> QosProfile:
     notes = list(profile.notes)
     classes = list(profile.classes)
     used = {cls.queue for cls in classes}
-    reserved, why = reserved_queues(limits)
     for index, cls in enumerate(classes):
-        if cls.queue in reserved:
+        if cls.queue == limits.control_queue:
             target_queue = cls.queue - 1
-            if target_queue in used or target_queue in reserved:
+            if target_queue in used:
                 raise TargetLimitError(
-                    f"{limits.target}: queue {cls.queue} is reserved ({why[cls.queue]}) and queue "
+                    f"{limits.target}: queue {cls.queue} is reserved ({limits.control_why}) and queue "
                     f"{target_queue} is taken: move class {cls.name!r} to a free queue below {cls.queue}")
             classes[index] = replace(cls, queue=target_queue)
             used = (used - {cls.queue}) | {target_queue}
-            notes.append(f"class {cls.name!r} moved from queue {cls.queue} to {target_queue}: {why[cls.queue]}")
+            notes.append(f"class {cls.name!r} moved from queue {cls.queue} to {target_queue}: {limits.control_why}")
     _check_lossless(profile.name, classes, limits)
     if limits.percent_weights:
         percentages([cls.weight for cls in profile.weighted], limits.target, profile.weighted)
     if profile.ack_priority != ACK_OFF and limits.ack_match == ACK_APPROX:
         notes.append(f"WARNING: pure-ACK match on {limits.target} is approximate: {limits.ack_why}")
     return replace(profile, classes=tuple(classes), notes=tuple(notes))
-
-
-def reserved_queues(limits: TargetLimits) -> tuple[set[int], dict[int, str]]:
-    """The queues no class may use on this target (its reserved ones and its control queue), with the reason."""
-    why = {queue: limits.reserved_why for queue in limits.reserved_queues}
-    if limits.control_queue is not None:
-        why[limits.control_queue] = limits.control_why
-    return set(why), why
 
 
 def _check_lossless(name: str, classes: list[QosClass], limits: TargetLimits) -> None:
@@ -457,11 +446,10 @@ def _check_target_ack(profile: QosProfile, limits: TargetLimits) -> None:
                 f"{limits.target} allows {limits.max_strict} strict queue(s); ack_priority 'own' adds a strict "
                 f"pure-ACK queue to the {len(profile.strict_classes)} strict class(es) of profile {profile.name!r}: "
                 "use ack_priority = 'top' (pure ACKs in the top class's queue)")
-        reserved, why = reserved_queues(limits)
-        if queue in reserved:
+        if queue == limits.control_queue:
             raise TargetLimitError(
                 f"{limits.target}: ack_priority 'own' would put pure ACKs on queue {queue}, which is reserved "
-                f"({why[queue]}): move the classes down so the top one is on queue {queue - 2} or lower, "
+                f"({limits.control_why}): move the classes down so the top one is on queue {queue - 2} or lower, "
                 "or use ack_priority = 'top'")
 
 
