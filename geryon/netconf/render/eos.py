@@ -25,18 +25,24 @@ Safe on a production fabric:
     control-plane traffic, and EOS's default DSCP map puts CS7 (56-63) in traffic class 7. geryon maps CS6
     and CS7 (48, 56) to traffic class 7 on every EOS rendering, so routing protocols ride tx-queue 7, strict
     (the EOS default) and above every class; a class on queue 7 moves to 6, and if 6 is taken the profile
-    is refused. The EOS manual recommends no shaper on strict queues, so none is rendered for the classes.
+    is refused. No shaper is rendered on strict queues: none was found recommended for this case (not
+    checked against the full manual).
   - Lossless: EOS ships with PFC off, so no queue is lossless by default and none is reserved. A
     `lossless = true` class gets, on each of the profile's ports, `priority-flow-control on` and
-    `priority-flow-control priority <its traffic class> no-drop` (EOS manual, "Priority Flow Control");
-    ECN thresholds (`random-detect ecn`) are platform- and buffer-specific and are not rendered.
+    `priority-flow-control priority <its traffic class> no-drop` (the syntax of published EOS RoCE
+    configurations; the manual's "Priority Flow Control" section was not at hand, nor was it checked that
+    the PFC priority equals the traffic class under `qos trust dscp`). ECN thresholds (`random-detect ecn`)
+    are platform- and buffer-specific and are not rendered.
   - Only lines geryon owns: the DSCP and traffic-class maps it sets, the qos profile GERYON (the only
     place a `no` is issued: `no priority` on its own tx-queues) and the listed interfaces. The session
     (`configure session`, `commit timer`, `abort`) rolls back exactly those lines.
-  - `qos map dscp` classifies IPv4 and IPv6 alike (the DSCP of either header).
+  - `qos map dscp` classifies IPv4 and IPv6 alike (the DSCP of either header; not checked against the
+    manual).
   - Verification: `show interfaces <port> counters queue` (per tx-queue packets, bytes, drops), listed
     at the end as comments and in `verify`; its JSON form (`| json`) is not parsed: no documented sample
     was at hand.
+
+Hazards:
   - EOS queues are strict by default, higher number first; `no priority` on tx-queue N makes N *and
     every queue below it* round-robin, which is why a profile's strict classes must sit above its
     weighted ones (validated for every profile).

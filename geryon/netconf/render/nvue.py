@@ -12,16 +12,17 @@ https://docs.nvidia.com/networking-ethernet-software/nvue-reference/Set-and-Unse
 length, and a flags-only match would also take every bulk data segment sent without PSH.
 
 Safe on a production fabric:
-  - Network control: the default mapping puts DSCP 48-55 in switch priority 6 and 56-63 in 7; geryon maps
-    CS6 and CS7 (48, 56) to switch priority and traffic class 7, strict, above every class (a class on
-    queue 7 moves to 6). The guide names no shaper for strict traffic classes, so none is rendered. Not
-    checked against the guide: that among strict traffic classes the higher one is served first.
+  - Network control: geryon maps CS6 and CS7 (48, 56) to switch priority and traffic class 7, strict,
+    above every class (a class on queue 7 moves to 6); no shaper is rendered. Not checked against the
+    guide: the default DSCP map it replaces for 48/56, which traffic class the switch's own control
+    traffic uses (older releases reserved internal CoS 3 for CPU-generated traffic), that among strict
+    traffic classes the higher one is served first, and whether a shaper is recommended on strict ones.
   - Lossless: no traffic class is lossless by default (RoCE mode, `nv set qos roce`, is off), so none is
     reserved; lossless classes are refused, because `nv set qos roce` rewrites the switch-wide buffer,
     PFC and ECN profiles (User Guide, "RDMA over Converged Ethernet"), which geryon does not own.
   - Only the default-global mapping, egress-queue-mapping and egress-scheduler entries geryon sets are
     touched; no `nv unset` is issued; `nv config apply <revision>` returns to the revision before.
-  - `trust l3` classifies by the DSCP of IPv4 and IPv6 packets alike.
+  - `trust l3` classifies by the DSCP of IPv4 and IPv6 packets alike (not checked against the guide).
   - Verification: `nv show interface <port> counters qos egress-queue-stats -o json` (per traffic class:
     transmitted packets/bytes, drops), listed at the end as comments and in `verify`; not parsed: no
     documented sample of its JSON was at hand.

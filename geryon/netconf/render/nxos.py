@@ -33,7 +33,8 @@ Safe on a production fabric:
   - Only lines geryon owns: its ACL, class-maps and policy-maps (named GERYON-*), the `system qos`
     queuing binding and the listed interfaces; no `no`/`default` line is issued. The checkpoint rollback
     (`rollback running-config checkpoint`) returns to the saved running config.
-  - `match dscp` in a `class-map type qos` matches the DSCP of IPv4 and IPv6 packets alike.
+  - `match dscp` in a `class-map type qos` matches the DSCP of IPv4 and IPv6 packets alike (not checked
+    against the guide).
   - Verification: `show queuing interface <port>` (per qos-group: transmitted packets/bytes, tail and
     WRED drops), listed at the end as comments and in `verify`; its `| json` form is not parsed: no
     documented sample was at hand.

@@ -26,10 +26,11 @@ and PFC_WD from the PFC watchdog; SONiC Configuration Database Manual, PORT_QOS_
   - Network control: stock SONiC gives DSCP 48 its own TC 6; geryon keeps CS6 and CS7 on queue 7 under a
     STRICT scheduler above every class (a class on queue 7 moves to 6), so a saturated strict training
     class cannot starve BGP. SONiC documents no shaper for strict queues, so none is rendered.
-  - DSCP_TO_TC_MAP applies to IPv4 and IPv6 alike (the DSCP field of either header).
+  - DSCP_TO_TC_MAP applies to IPv4 and IPv6 alike (the DSCP field of either header; the manual does not
+    say otherwise, and has no per-family map).
   - Verification: `show queue counters <port> --json` (sonic-utilities `queuestat -p <port> -j`: per
-    queue "UC<n>"/"MC<n>" with totalpacket/totalbytes/droppacket/dropbytes), parsed by
-    geryon.netconf.counters.
+    queue "UC<n>"/"MC<n>" with totalpacket/totalbytes/droppacket/dropbytes, as sonic-utilities
+    scripts/queuestat builds it), parsed by `parse_queue_counters`.
 
 Pure ACKs (`ack_priority`) are refused: an ACL_RULE can match them by flags — `IP_PROTOCOL` 6 and
 `TCP_FLAGS` "0x10/0x3f" (value/mask: exactly ACK among URG..FIN) — but the ACL_RULE match fields of the
