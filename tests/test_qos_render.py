@@ -169,3 +169,14 @@ def test_yanglint_rejects_a_broken_instance(tmp_path):
     path.write_text(json.dumps(data))
     result = yanglint("sonic", path)
     assert result.returncode != 0 and "out of the allowed range" in result.stderr
+
+
+def test_the_yang_models_are_the_vendored_ones_everywhere():
+    """No file of the package, the tests or the docs points at the development machines' model copies."""
+    root = Path(__file__).resolve().parents[1]
+    needle = "/".join(("shared", "yang"))  # spelled so this file does not match itself
+    found = [str(p.relative_to(root)) for folder in ("geryon", "tests", "docs") for p in (root / folder).rglob("*")
+             if p.is_file() and p.suffix in (".py", ".md", ".toml", ".txt", ".json") and needle in p.read_text()]
+    assert found == []
+    assert (YANG / "sonic" / "LICENSE.sonic-yang-models").is_file()
+    assert (YANG / "openconfig" / "LICENSE.openconfig-public").is_file()
