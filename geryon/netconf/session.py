@@ -309,7 +309,8 @@ def _execute(rendering: Rendering, endpoint: Endpoint, shell, result: ApplyResul
             shell.run(command, step.stdin)
             result.steps.append(step.name)
         result.rolled_back = True
-        undo = "; ".join(" ".join([s.command, *(s.stdin or "").split("\n")]).strip() for s in session.rollback)
+        undo = "; ".join(f"{s.name}: {s.command}" if endpoint.kind == "sonic"  # the patch itself is long JSON
+                         else " ".join([s.command, *(s.stdin or "").split("\n")]).strip() for s in session.rollback)
         raise ApplyError(f"applying to {endpoint.address} failed: {exc}; rolled back with `{undo}`") from exc
 
 
