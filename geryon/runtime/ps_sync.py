@@ -160,7 +160,10 @@ class ParameterServerSync(SetUpOnFirstForward):
     def attach(self):
         """Hook the model (setup on first forward, per-layer waits); return the optimizer stand-in."""
         from geryon.runtime.ps_optimizer import PSOptimizer
+        from geryon.runtime.ps_reads import ParameterReads
 
+        self.reads = ParameterReads(self.model, self.optimizer.param_groups, self.params, self._wait_for_read,
+                                    self.wait_all)
         self.model.register_forward_pre_hook(self._first_forward, with_kwargs=True, prepend=True)
         self.model.register_forward_pre_hook(lambda module, args: self.buffers.before_forward(), prepend=True)
         # a pull still under way would overwrite what model.load_state_dict() writes
@@ -213,6 +216,7 @@ class ParameterServerSync(SetUpOnFirstForward):
         if job.is_main:
             log_placement(self.worker, self.config.placement)
         self.worker.pull(0)  # everyone starts from the servers' (worker 0's) values
+        self.reads.mark_pending()
         self.checkpoints = Checkpoints(self.optimizer, self.params, store, self.prefix, job.rank)
 
     def _join_servers(self, priorities, switch: int):
@@ -260,6 +264,7 @@ class ParameterServerSync(SetUpOnFirstForward):
             started = time.time()
             for tensor in tensors:
                 self.worker.wait_param(tensor)
+            self.reads.mark_current(_module)
             if self.timeline is not None:
                 self.timeline.span(f"wait params {name}", "wait", started, time.time())
             return None
@@ -321,6 +326,7 @@ class ParameterServerSync(SetUpOnFirstForward):
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_end)
         self.worker.send_step(self.sent_step)
         self.worker.pull(self.worker.iteration + 1)
+        self.reads.mark_pending()
 
     def _backward_end(self) -> None:
         self.backward_ended = True
@@ -383,6 +389,7 @@ class ParameterServerSync(SetUpOnFirstForward):
             self.sent_step = None
         else:
             self.worker.pull(self.worker.iteration)
+            self.reads.mark_pending()
         if self.search is not None:
             switched = self.search.iteration_done()
             if switched is not None:
@@ -427,6 +434,18 @@ class ParameterServerSync(SetUpOnFirstForward):
                               "version. Save or load after step(), or use --ps-pull end")
         if self.worker is not None:
             self.worker.wait_all()
+        self.reads.mark_current()
+
+    def _wait_for_read(self, tensors) -> bool:
+        """A read of the model or optimizer outside the forward (geryon.runtime.ps_reads): wait."""
+        if self.sent_step is not None:
+            # --ps-pull ahead, between the first push and step(): reads of .grad are fine, values
+            # are being replaced (a forward, state_dict() or load fails, see wait_all)
+            return False
+        if self.worker is not None:
+            for tensor in tensors:
+                self.worker.wait_param(tensor)
+        return True
 
     def close(self) -> None:
         """Wait for the last pull (so the model holds the final values), then leave the servers."""
@@ -440,6 +459,7 @@ class ParameterServerSync(SetUpOnFirstForward):
             return
         try:
             worker.wait_all()
+            self.reads.mark_current()
         except Exception as exc:  # noqa: BLE001 -- at exit: report, never hang
             log.warning("geryon: last parameters did not arrive: %s", exc)
         worker.close()
