@@ -71,8 +71,10 @@ def main() -> None:
                 row[name] = reads[name]()
         row["ema"] = _sum(ema.module.parameters())
         values.append(row)
+    with torch.no_grad():   # the average model's own forward: a plain local model
+        ema_output = ema(torch.ones(4, 8)).double().sum().item()
     if ctx.rank == 0:
-        torch.save({"reads": values, "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        torch.save({"reads": values, "ema_output": ema_output, "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
                     "ema": {k: v.detach().clone() for k, v in ema.module.state_dict().items()}}, args.out)
         print("param-sum", _sum(model.parameters()), flush=True)
 

@@ -114,12 +114,20 @@ def decode_spec(data: bytes) -> dict:
 class SetUpOnFirstForward:
     """Connects a PS worker in the model's first forward pre-hook, once: the inputs decide priorities.
 
-    Subclasses set `self.worker = None` and `self._setting_up = False` and define `_set_up(args, kwargs)`,
-    which assigns `self.worker`; a forward run inside `_set_up` (the categorizer's probe) is not hooked.
+    Subclasses set `self.model`, `self.worker = None` and `self._setting_up = False` and define
+    `_set_up(args, kwargs)`, which assigns `self.worker`; a forward run inside `_set_up` (the
+    categorizer's probe) is not hooked.
+    A copy of the model (copy.deepcopy, swa_utils.AveragedModel) carries the hooks along: it shares
+    this object instead of copying its connections, and every hook acts on the trained model only
+    (`module is self.model`, or the module a per-layer hook was made for), so the copy is a plain
+    local model.
     """
 
+    def __deepcopy__(self, memo):
+        return self
+
     def _first_forward(self, module, args, kwargs):
-        if self.worker is not None or self._setting_up:
+        if self.worker is not None or self._setting_up or module is not self.model:
             return None
         self._setting_up = True
         try:
@@ -165,26 +173,30 @@ class ParameterServerSync(SetUpOnFirstForward):
         self.reads = ParameterReads(self.model, self.optimizer.param_groups, self.params, self._wait_for_read,
                                     self.wait_all)
         self.model.register_forward_pre_hook(self._first_forward, with_kwargs=True, prepend=True)
-        self.model.register_forward_pre_hook(lambda module, args: self.buffers.before_forward(), prepend=True)
+        self.model.register_forward_pre_hook(self.buffers.hook, prepend=True)
         # a pull still under way would overwrite what model.load_state_dict() writes
-        self.model.register_load_state_dict_pre_hook(lambda *args: self.wait_all())
+        self.model.register_load_state_dict_pre_hook(self._wait_all_for)
         self.model.register_load_state_dict_post_hook(self._model_loaded)
         # model.state_dict() right after step() would otherwise hold the previous parameters
-        self.model.register_state_dict_pre_hook(lambda *args: self.wait_all())
+        self.model.register_state_dict_pre_hook(self._wait_all_for)
         self.optimizer.register_step_pre_hook(_replaced)
         index = {id(p): i for i, p in enumerate(self.params)}
         for name, module in self.model.named_modules():
             mine = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
             if mine:
-                module.register_forward_pre_hook(self._waiter(name or "model", mine))
+                module.register_forward_pre_hook(self._waiter(module, name or "model", mine))
         for tensor, param in enumerate(self.params):
             param.register_post_accumulate_grad_hook(self._gradient_ready(tensor))
         atexit.register(self.close)
         return PSOptimizer(self.optimizer, self)
 
+    def _wait_all_for(self, module, *_args) -> None:
+        if module is self.model:
+            self.wait_all()
+
     def _model_loaded(self, module, incompatible_keys) -> None:
         """model.load_state_dict() after setup: the servers take the loaded values (every worker)."""
-        if self.worker is not None and self.checkpoints is not None and not self.checkpoints.loading:
+        if module is self.model and self.worker is not None and self.checkpoints is not None and not self.checkpoints.loading:
             self.checkpoints.load(self.worker, state=False)
 
     # -- setup --------------------------------------------------------------------------------
@@ -250,9 +262,9 @@ class ParameterServerSync(SetUpOnFirstForward):
             self.timeline.span(f"search switch {switch}", "search", started, time.time())
 
     # -- training -----------------------------------------------------------------------------
-    def _waiter(self, name: str, tensors: list[int]):
-        def wait(_module, _inputs):
-            if self.worker is None or self._setting_up:
+    def _waiter(self, module, name: str, tensors: list[int]):
+        def wait(hooked, _inputs):
+            if self.worker is None or self._setting_up or hooked is not module:
                 return None
             if self.sent_step is not None:   # pulled ahead: between the first push and step()
                 if self.backward_ended:
@@ -264,7 +276,7 @@ class ParameterServerSync(SetUpOnFirstForward):
             started = time.time()
             for tensor in tensors:
                 self.worker.wait_param(tensor)
-            self.reads.mark_current(_module)
+            self.reads.mark_current(module)
             if self.timeline is not None:
                 self.timeline.span(f"wait params {name}", "wait", started, time.time())
             return None
