@@ -31,6 +31,9 @@ not wait. The results are bit-equal to pulling at step().
 The overlap that priority is for: every module gets a forward pre-hook that waits only for its own
 parameters (`PSWorker.wait_param`), so layer 1 computes while later layers' parameters still
 arrive; urgent (early) layers are in class 0 and jump the queue.
+Every other read of the model or the optimizer after step() (parameters(), `model[0].weight`,
+param_groups, state_dict(), ...) waits for the values it reads (geryon.runtime.ps_reads): step()
+marks them pending, a wait marks them current.
 
 Setup happens on the model's first forward call (a pre-hook on the model), because the urgency
 ranking needs a sample input: rank parameters (geryon.runtime.priorities), check every worker has
@@ -119,8 +122,8 @@ class SetUpOnFirstForward:
     categorizer's probe) is not hooked.
     A copy of the model (copy.deepcopy, swa_utils.AveragedModel) carries the hooks along: it shares
     this object instead of copying its connections, and every hook acts on the trained model only
-    (`module is self.model`, or the module a per-layer hook was made for), so the copy is a plain
-    local model.
+    (`module is self.model`; a per-layer wait on a copy waits for the trained layer, harmless), so
+    the copy is a plain local model.
     """
 
     def __deepcopy__(self, memo):
@@ -263,8 +266,8 @@ class ParameterServerSync(SetUpOnFirstForward):
 
     # -- training -----------------------------------------------------------------------------
     def _waiter(self, module, name: str, tensors: list[int]):
-        def wait(hooked, _inputs):
-            if self.worker is None or self._setting_up or hooked is not module:
+        def wait(_module, _inputs):   # on a copy of the model: waits for the original's layer
+            if self.worker is None or self._setting_up:
                 return None
             if self.sent_step is not None:   # pulled ahead: between the first push and step()
                 if self.backward_ended:
