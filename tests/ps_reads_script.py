@@ -22,6 +22,10 @@ def _sum(tensors) -> float:
     return sum(t.detach().double().sum().item() for t in tensors)
 
 
+def _copy(state: dict) -> dict:
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -74,8 +78,8 @@ def main() -> None:
     with torch.no_grad():   # the average model's own forward: a plain local model
         ema_output = ema(torch.ones(4, 8)).double().sum().item()
     if ctx.rank == 0:
-        torch.save({"reads": values, "ema_output": ema_output, "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
-                    "ema": {k: v.detach().clone() for k, v in ema.module.state_dict().items()}}, args.out)
+        torch.save({"reads": values, "ema_output": ema_output, "params": _copy(model.state_dict()),
+                    "ema": _copy(ema.module.state_dict())}, args.out)
         print("param-sum", _sum(model.parameters()), flush=True)
 
 

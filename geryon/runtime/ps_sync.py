@@ -199,7 +199,8 @@ class ParameterServerSync(SetUpOnFirstForward):
 
     def _model_loaded(self, module, incompatible_keys) -> None:
         """model.load_state_dict() after setup: the servers take the loaded values (every worker)."""
-        if module is self.model and self.worker is not None and self.checkpoints is not None and not self.checkpoints.loading:
+        if module is self.model and self.worker is not None and self.checkpoints is not None \
+                and not self.checkpoints.loading:
             self.checkpoints.load(self.worker, state=False)
 
     # -- setup --------------------------------------------------------------------------------
