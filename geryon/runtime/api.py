@@ -29,6 +29,9 @@ A job of one worker has nothing to synchronise and trains locally (a ps job's se
 Which DDP features each mode keeps (no_sync, unused parameters, static graph, autocast, SyncBatchNorm,
 torch.compile, checkpoints, join) is tabulated in docs/ddp-compat.md; DDP options a mode cannot
 honour fail in distribute(), before training (geryon.runtime.ddp_options).
+After step(), whatever reads the model or the optimizer sees that step's values (in ps mode
+each read waits for the parameters it reads, geryon.runtime.ps_reads); `wait_parameters(model)`
+makes current a tensor held from before step().
 With `--timeline FILE`, forward/backward per layer and every transfer are
 recorded for the job's trace (geryon.timeline).
 """
@@ -137,6 +140,19 @@ def _parameter_servers(model, optimizer, job: RankEnv, timeline):
     from geryon.runtime.ps_worker_step import WorkerStepSync
 
     return WorkerStepSync(model, optimizer, job, timeline).attach()
+
+
+def wait_parameters(model) -> None:
+    """Wait until every parameter of `model` holds the values of the last optimizer.step().
+
+    Reads through the model or the optimizer (parameters(), state_dict(), `model[0].weight`,
+    param_groups, ...) already wait for what they read in --mode ps (geryon.runtime.ps_reads); call
+    this before using a tensor held in a variable from before step(). Returns at once in any other
+    mode, where step() leaves the parameters current.
+    """
+    from geryon.runtime.ps_reads import wait_parameters as wait
+
+    wait(model.module if hasattr(model, "module") else model)
 
 
 def clip_grad_norm_(optimizer, max_norm: float, norm_type: float = 2.0):
