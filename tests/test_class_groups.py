@@ -64,10 +64,10 @@ def test_a_bad_choice_says_what_is_accepted(text, says):
 
 
 def test_the_launcher_validates_the_flag_and_hands_it_to_the_ranks():
-    config = parse_launch_args(["--collectives", "nccl-ib:3,0", SCRIPT], {})
+    config = parse_launch_args(["--local", "--collectives", "nccl-ib:3,0", SCRIPT], {})
     assert config.collectives == "nccl-ib:3,0"
-    assert parse_launch_args([SCRIPT], {"GERYON_COLLECTIVES": "gloo-classes"}).collectives == "gloo-classes"
-    assert parse_launch_args([SCRIPT], {}).collectives == "geryon"
+    assert parse_launch_args(["--local", SCRIPT], {"GERYON_COLLECTIVES": "gloo-classes"}).collectives == "gloo-classes"
+    assert parse_launch_args(["--local", SCRIPT], {}).collectives == "geryon"
     env = job_environment(config, RankSpec("worker", 0, 0, 0), "127.0.0.1", 1, 1)
     assert RankEnv.from_environ(dict(env)).collectives == "nccl-ib:3,0"
 
@@ -80,7 +80,7 @@ def test_the_launcher_validates_the_flag_and_hands_it_to_the_ranks():
 ])
 def test_the_launcher_refuses_what_the_groups_cannot_honour(argv, says):
     with pytest.raises(ConfigError, match=says):
-        parse_launch_args([*argv, SCRIPT], {})
+        parse_launch_args(["--local", *argv, SCRIPT], {})
 
 
 # -- what NCCL needs --------------------------------------------------------------------------------
