@@ -117,6 +117,20 @@ def test_nccl_settings_that_override_every_class_are_found(tmp_path):
     assert class_overrides({"NCCL_CONF_FILE": str(tmp_path / "none")}, system_conf=str(tmp_path / "no")) == []
 
 
+def test_nccl_groups_refuse_a_model_left_on_the_cpu():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from geryon.runtime.ddp_sync import attach_geryon_hook
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        ddp = DDP(torch.nn.Linear(4, 2))
+        with pytest.raises(ConfigError, match="parameters on the CPU: move it to this rank's GPU"):
+            attach_geryon_hook(ddp, RankEnv(collectives="nccl", secret=SECRET, launcher="geryon"))
+    finally:
+        dist.destroy_process_group()
+
+
 # -- the order check --------------------------------------------------------------------------------
 
 def _log(entries) -> dict:

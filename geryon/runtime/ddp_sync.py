@@ -96,6 +96,11 @@ def _attach_class_groups(ddp, job, collectives, optimizer):
 
     dscps = jobtransport.class_dscp(job.classes) or DEFAULT_DSCP
     check_class_count(collectives, len(dscps))
+    if collectives.backend == "nccl" and any(not p.is_cuda for p in ddp.module.parameters()):
+        raise ConfigError(f"--collectives {collectives.text()} reduces CUDA tensors, but the model has "
+                          "parameters on the CPU: move it to this rank's GPU (e.g. "
+                          "model.to(f'cuda:{ctx.local_rank}')) before geryon.distribute(), or use "
+                          "--collectives gloo-classes")
     store = jobtransport.open_store(job)
     groups = ClassGroups(collectives, dscps, job.world_size)
     if job.is_main:
