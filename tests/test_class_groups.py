@@ -6,7 +6,8 @@ DistributedDataParallel model and train beside a second copy under DDP's own def
 bucket must go to the group of its most urgent parameter's class, every rank must send each group
 the same buckets in the same order (the digests geryon exchanges through the job's store), and the
 result must be bit-equal to DDP's default hook and equal to one process training on both batches.
-One job through the launcher checks the flag reaches the ranks. NCCL's groups are in
+One job through the launcher checks that the flag reaches the ranks and that the threshold search
+moves buckets between the groups while training. NCCL's groups are in
 tests/test_class_groups_cuda.py.
 """
 
@@ -31,7 +32,7 @@ from geryon.runtime.env import RankEnv
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ddp_probe  # noqa: E402
-from launch_support import REPO, run_launcher  # noqa: E402
+from launch_support import REPO, clean_env, run_launcher  # noqa: E402
 from transport_support import free_ports  # noqa: E402
 
 SCRIPT = str(REPO / "examples" / "train_cnn.py")
@@ -238,13 +239,23 @@ def test_each_bucket_goes_to_its_class_group_in_the_same_order_on_every_rank():
 
 
 @pytest.mark.slow
-def test_the_flag_reaches_the_ranks_and_training_matches_one_process(tmp_path):
-    out = tmp_path / "probe.json"
-    result = run_launcher("--local", "--workers", "2", "--collectives", "gloo-classes", PROBE,
-                          "--feature", "hook_classes_static", "--out", out, timeout=120)
+def test_the_flag_reaches_the_ranks_and_the_search_switches_classes_between_groups(tmp_path):
+    """A job through the launcher with --priority search probing one iteration per threshold: buckets move
+    between the class groups while training, and the parameters still match one process."""
+    out, run = tmp_path / "probe.json", tmp_path / "RUN.json"
+    search = dict(GERYON_SEARCH_CANDIDATES="0,0.5,1", GERYON_SEARCH_ITERS="1", GERYON_SEARCH_WARMUP="0",
+                  GERYON_SEARCH_BUDGET="3", GERYON_SEARCH_FIRST_ROUND="3", GERYON_SEARCH_CONFIRM="0",
+                  GERYON_SEARCH_RUN=str(run))
+    result = run_launcher("--local", "--workers", "2", "--collectives", "gloo-classes", "--priority", "search",
+                          PROBE, "--feature", "hook_classes_static", "--out", out, timeout=120,
+                          env=clean_env(**search))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "[worker0] geryon: buckets go through gloo-classes: 2 gloo groups (class 0: unmarked, class 1: " \
            "unmarked)" in result.stdout
+    for worker in ("worker0", "worker1"):   # every bucket in class 0 for one iteration, then split again
+        assert f"[{worker}] geryon: search switch 2 before iteration 2: threshold 1, [524, 0]" in result.stderr
+        assert f"[{worker}] geryon: search switch 3 before iteration 3: threshold 0.5" in result.stderr
+    assert run.exists()
     record = json.loads(out.read_text())
     assert record["params"] == pytest.approx(ddp_probe.reference("hook_classes_static"), rel=1e-4, abs=1e-5)
     assert record["hook_calls"] == []   # geryon's transport carried nothing
