@@ -54,6 +54,7 @@ class RankEnv:
     ps_optimizer: str = "auto"              # ps mode: who runs the optimizer (auto | server | worker)
     ps_pull: str = "auto"                   # ps mode: when the next parameters are asked for (auto | end | ahead)
     ps_placement: str = "bytes"             # ps mode: slices over servers (bytes | count)
+    collectives: str = "geryon"             # allreduce mode: what carries the buckets (geryon.collectives)
     # inherited from the launcher's environment
     transport_timeout: float = ev.DEFAULT_TRANSPORT_TIMEOUT_S
     connect_timeout: float | None = None    # TransportConfig.connect_timeout (None: transport_timeout)
@@ -106,6 +107,7 @@ class RankEnv:
             "ps_optimizer": env.get(ev.PS_OPTIMIZER) or "auto",
             "ps_pull": env.get(ev.PS_PULL) or "auto",
             "ps_placement": env.get(ev.PS_PLACEMENT) or "bytes",
+            "collectives": env.get(ev.COLLECTIVES) or "geryon",
             "transport_timeout": _seconds(ev.TRANSPORT_TIMEOUT, env.get(ev.TRANSPORT_TIMEOUT) or "",
                                           ev.DEFAULT_TRANSPORT_TIMEOUT_S),
             "connect_timeout": _seconds(ev.CONNECT_TIMEOUT, env.get(ev.CONNECT_TIMEOUT) or "", None),
