@@ -45,6 +45,11 @@ STORE_PREFIX = "GERYON_STORE_PREFIX"
 TLS_FILE = "GERYON_TLS_FILE"                 # --tls: the job's key + certificate, a 0600 file (local, emulate)
 TLS_CREDENTIALS = "GERYON_TLS_CREDENTIALS"   # --tls over SSH: the same, base64, read from the channel's stdin
 
+# -- set by the job spec when another engine starts the ranks (torchrun, Slurm, Kubernetes; docs/engines.md)
+JOB_SECRET_FILE = "GERYON_JOB_SECRET_FILE"   # a file holding the job secret (a mounted Kubernetes Secret)
+CONFIG = "GERYON_CONFIG"                     # a TOML file of job settings (keys: the variables' names)
+SERVERS_PER_NODE = "GERYON_SERVERS_PER_NODE"   # ps mode: the first P local ranks of every node serve
+
 JOB_VARIABLES = {
     ROLE: "worker or server",
     RANK_NAME: "worker0, server1, ... (the prefix of the rank's output lines)",

@@ -6,7 +6,9 @@
 
 `init()` reads the job from the environment once (`geryon.runtime.env.RankEnv`): under
 `python -m geryon.launch`, under plain `torchrun`, under Slurm, or alone (one process, nothing
-distributed). It sets up torch.distributed (gloo) when there is more than one worker.
+distributed). It sets up torch.distributed (gloo) when there is more than one worker. Under torchrun
+or Slurm the ranks a ps job names as servers serve inside init() and exit when the job ends
+(geryon.runtime.engines; docs/engines.md).
 
 `distribute()` makes the updates of all workers identical, equal to one process training on the
 union of their batches:
@@ -42,6 +44,7 @@ from datetime import timedelta
 from geryon.errors import ConfigError
 from geryon.gloo_buffers import KeptBuffers, broadcast_in_place, copy_back
 from geryon.runtime import env as rank_env
+from geryon.runtime.engines import join_engine_job
 from geryon.runtime.env import RankEnv
 
 DEFAULT_BACKEND = "gloo"
@@ -57,6 +60,7 @@ def init(backend: str = DEFAULT_BACKEND, timeout: timedelta = timedelta(minutes=
     """Join the job described by the environment; set up torch.distributed when there are several workers."""
     global _context
     context = rank_env.current()
+    join_engine_job(context, backend, timeout)
     if context.distributed:
         import torch.distributed as dist
 
