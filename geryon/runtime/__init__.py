@@ -6,6 +6,7 @@
   class_groups --collectives nccl | nccl-ib | gloo-classes: one torch.distributed group per class
   ps_sync      ps mode, worker side: push gradients / pull parameters, per-layer waits
   server       ps mode, server side: `python -m geryon.runtime.server`
+  engines      under torchrun / Slurm: the store, the workers' process group, server ranks serving in init()
   priorities   which class each parameter gets, agreed by every rank
   search_sync  --priority search while training
   jobtransport the rank's TransportConfig, store and listen address, from its RankEnv
