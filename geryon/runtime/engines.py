@@ -23,17 +23,26 @@ import os
 import sys
 from datetime import timedelta
 
+from geryon import envvars
 from geryon.runtime.env import RankEnv
 
 ENGINES = ("torchrun", "slurm")
 PROCESS_GROUP_PREFIX = "workers/"
+
+NO_SECRET_NOTE = (f"geryon: no job secret ({envvars.JOB_SECRET} or {envvars.JOB_SECRET_FILE}): gloo carries "
+                  "this job's gradients, without priority classes; set one on every rank for geryon's flows "
+                  "(docs/engines.md)")
 
 _hosted_store = None   # the job's store when this process hosts it: kept for the process's life
 
 
 def join_engine_job(context: RankEnv, backend: str, timeout: timedelta) -> None:
     """Host the store if this process must, serve and exit if it is a server, else join the workers."""
-    if context.launcher not in ENGINES or not context.servers:
+    if context.launcher not in ENGINES:
+        return
+    if context.distributed and not context.has_transport and context.is_main:
+        print(NO_SECRET_NOTE, file=sys.stderr, flush=True)
+    if not context.servers:
         return
     if not context.agent_store and context.engine_rank == 0:
         host_store(context, timeout)
