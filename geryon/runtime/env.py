@@ -271,7 +271,7 @@ def with_config_file(env):
 # what a job's settings file may hold: the job's settings, never the secret or a rank's own identity
 CONFIG_FILE_VARIABLES = frozenset({
     ev.MODE, ev.SERVERS, ev.SERVERS_PER_NODE, ev.POLICY, ev.PRIORITY, ev.CLASSES, ev.JOB_ID, ev.TIMELINE,
-    ev.PS_OPTIMIZER, ev.PS_PULL, ev.PS_PLACEMENT, ev.JOB_SECRET_FILE, ev.TRANSPORT_TIMEOUT,
+    ev.PS_OPTIMIZER, ev.PS_PULL, ev.PS_PLACEMENT, ev.COLLECTIVES, ev.JOB_SECRET_FILE, ev.TRANSPORT_TIMEOUT,
     ev.CONNECT_TIMEOUT, ev.THREAD_RT, ev.SEARCH_RUN, *ev.SEARCH_VARIABLES})
 
 
