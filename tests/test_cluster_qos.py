@@ -49,7 +49,7 @@ def geryon(*args, state_dir=None, timeout=240) -> subprocess.CompletedProcess:
 
 class Capture:
     """tcpdump on one interface (of the root namespace, or of `netns`) with a filter; `stop` returns the
-    packets it saw, one line each."""
+    packets it saw, one line each, and sets `dropped` (matching packets the kernel could not hand it)."""
 
     def __init__(self, iface: str, netns: str | None = None, bpf: str = EMULATED_NET):
         self.where = f"{netns or 'root'}:{iface}"
@@ -70,8 +70,11 @@ class Capture:
         if self.proc.poll() is None:
             time.sleep(0.5)  # packets in flight reach the capture before it ends
             self.proc.send_signal(signal.SIGINT)
-        out, _ = self.proc.communicate(timeout=10)
-        return out.splitlines()
+        out, err = self.proc.communicate(timeout=10)
+        dropped = re.search(r"(\d+) packets dropped by kernel", err)
+        assert dropped, f"tcpdump on {self.where} gave no summary: {err}"
+        self.dropped = int(dropped.group(1))
+        return [line for line in out.splitlines() if line.strip()]  # it ends its output with an empty line
 
 
 def root_interfaces() -> list[str]:
@@ -97,6 +100,7 @@ def nothing_leaves():
         yield
     finally:
         seen = {c.where: c.stop() for c in captures}
+    assert not any(c.dropped for c in captures), f"a capture missed packets: {[(c.where, c.dropped) for c in captures]}"
     leaked = {where: lines for where, lines in seen.items() if lines}
     assert not leaked, f"packets to an emulated address left by the machine's own interfaces: {leaked}"
 
@@ -139,7 +143,7 @@ def test_up_check_down_from_the_host_shell_restores_every_queue(sshd_cluster, tm
     inventory.write_text(inventory.read_text().replace('profile = "two-class"', 'profile = "four-class"'))
     before = dump(cluster)
     # the switch port toward h2 carries the cluster's own traffic: the same capture sees it there
-    inside = Capture("h2", netns=f"gy{cluster.name}-sw")
+    inside = Capture("h2", netns=f"gy{cluster.name}-sw", bpf=f"{EMULATED_NET} and tcp port 22")
     try:
         dry = geryon("cluster", "up", inventory, "--dry-run", "--json", state_dir=tmp_path)
         assert dry.returncode == 0, dry.stdout + dry.stderr
