@@ -54,9 +54,15 @@ _context: RankEnv | None = None
 
 
 def init(backend: str = DEFAULT_BACKEND, timeout: timedelta = timedelta(minutes=5)) -> RankEnv:
-    """Join the job described by the environment; set up torch.distributed when there are several workers."""
+    """Join the job described by the environment; set up torch.distributed when there are several workers.
+
+    When this process sees CUDA, the rank's GPU (by LOCAL_RANK) becomes the current CUDA device and
+    `ctx.device` names it; otherwise `ctx.device` is the CPU."""
     global _context
     context = rank_env.current()
+    from geryon.runtime.device import use_rank_device
+
+    use_rank_device(context.local_rank)
     if context.distributed:
         import torch.distributed as dist
 
