@@ -15,8 +15,8 @@ RESNET = REPO / "examples" / "train_resnet.py"
 RESNET_ARGS = ["--steps", "8", "--width", "4", "--train-size", "256", "--test-size", "50", "--warmup", "2",
                "--batch-size", "8", "--clip", "0.5", "--log-json", "--device", "cuda"]
 CNN_ARGS = [*EXAMPLE_ARGS, "--device", "cuda"]
-PS_NOT_YET = pytest.mark.xfail(strict=True, reason="--mode ps refuses CUDA parameters (the PS worker's "
-                                                   "staging is not written yet)")
+PS_NOT_YET = pytest.mark.xfail(strict=True, reason="--mode ps trains CPU parameters only: distribute() "
+                                                   "refuses CUDA ones (docs/gpu.md)")
 
 
 def parameters(path) -> list[float]:

@@ -55,3 +55,14 @@ def test_local_ranks_share_the_visible_gpus_in_turn():
     count = torch.cuda.device_count()
     assert [rank_device(r).index for r in range(2 * count)] == list(range(count)) * 2
     assert select_device("cuda", 1) == torch.device("cuda", 1 % count)
+
+
+def test_ps_mode_refuses_parameters_off_the_cpu_before_training():
+    """A model on a device (here the meta device, which any machine has) is refused in --mode ps by
+    distribute(), naming the parameter and what works instead."""
+    import geryon
+
+    model = torch.nn.Linear(2, 2, device="meta")
+    job = RankEnv.from_environ({"GERYON_MODE": "ps"})
+    with pytest.raises(ConfigError, match="--mode ps trains CPU parameters only: weight is on meta.*--mode allreduce"):
+        geryon.distribute(model, torch.optim.SGD(model.parameters(), lr=0.1), job=job)

@@ -104,6 +104,7 @@ def distribute(model, optimizer, job: RankEnv | None = None, **ddp_options):
     options.refuse_cpu_sync_batchnorm(model)
     if job.mode == "ps":
         options.refuse_wrapped_in_ps(model)
+        options.refuse_device_parameters_in_ps(model)
     timeline = rank_timeline(job.timeline, job.name)
     model, optimizer = _synchronised(model, optimizer, job, timeline, ddp_options)
     if job.mode == "ps":
