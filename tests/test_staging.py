@@ -30,15 +30,41 @@ def test_host_staging_adds_a_landed_slice_and_divides_in_the_buckets_dtype():
     assert staging.slot_bytes == SLOTS * 64
 
 
+def _floats(view) -> list[float]:
+    return torch.frombuffer(bytearray(view), dtype=torch.float32).tolist()
+
+
 def test_a_staged_slice_is_copied_into_a_slot_when_the_sender_opens_it():
-    """The queued payload holds the device slice; its bytes are copied only at `open`, so a change
-    to the bucket before the frame's turn is what is sent (the collective's start marker orders it)."""
+    """The queued payload holds the device slice; its bytes are copied only at `open` (or `prefetch`),
+    so what the bucket holds then is what is sent (device work is ordered by the `after` marker)."""
     staging = HostStaging(torch.device("cpu"), reserve=16)
     source = torch.arange(4, dtype=torch.float32)
     payload = StagedSlice(staging, source[1:3])
     source[1] = 9.0
     sent = payload.open()
-    assert len(payload) == 8 and torch.frombuffer(bytearray(sent), dtype=torch.float32).tolist() == [9.0, 2.0]
+    assert len(payload) == 8 and _floats(sent) == [9.0, 2.0]
+    assert staging.held() == 1
+    payload.close()
+    assert staging.held() == 0
+
+
+def test_a_prefetched_slice_keeps_its_slot_while_a_more_urgent_one_is_sent_first():
+    """The sender prefetches the head of its queue while writing; a more urgent frame queued after
+    that takes the other slot, and the prefetched bytes are still intact when their turn comes."""
+    staging = HostStaging(torch.device("cpu"), reserve=16)
+    bucket = torch.arange(8, dtype=torch.float32)
+    current, ahead, urgent = (StagedSlice(staging, bucket[i:i + 2]) for i in (0, 2, 4))
+    current.open()
+    ahead.prefetch()                       # while `current` is written
+    assert staging.held() == SLOTS
+    urgent.prefetch()                      # no free slot: nothing copied, nothing overwritten
+    assert urgent.ticket is None
+    current.close()
+    assert _floats(urgent.open()) == [4.0, 5.0]
+    urgent.close()
+    assert _floats(ahead.open()) == [2.0, 3.0]
+    ahead.close()
+    assert staging.held() == 0
 
 
 def test_slots_are_reused_round_robin_and_grow_only_for_a_larger_piece():

@@ -133,6 +133,11 @@ class SendQueue:
                 self._cond.wait()
             return heapq.heappop(self._heap) if self._heap and not self._closed else None
 
+    def head_payload(self):
+        """The payload of the frame that `get` would return next (None: the queue is empty)."""
+        with self._cond:
+            return self._heap[0].payload if self._heap else None
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -216,8 +221,15 @@ class Flow:
                 if tracer is not None:
                     emit_from_header(tracer, "send_start", self.peer, self.name, item.header)
                 header = headers.wire_header(item.header)
-                payload = item.payload.open() if isinstance(item.payload, StagedSlice) else item.payload
+                staged = isinstance(item.payload, StagedSlice)
+                payload = item.payload.open() if staged else item.payload
+                if staged:      # the next staged slice is copied while this one is written
+                    following = self.queue.head_payload()
+                    if isinstance(following, StagedSlice):
+                        following.prefetch()
                 write_all(self.sock, [header, payload], self.name)
+                if staged:
+                    item.payload.close()
                 if tracer is not None:
                     emit_from_header(tracer, "send_done", self.peer, self.name, item.header)
                 self.bytes_sent += len(header) + len(payload)

@@ -2,10 +2,11 @@
 
 Sockets read and write host memory, so every slice of a GPU bucket passes through a host buffer:
 
-  sending    the flow's sender thread copies the slice into one of the flow's host slots just
-             before it writes it (`HostStaging.out`), so the next slice is copied while the kernel's
-             socket buffer still drains the one before; a `StagedSlice` is the queued payload
-             that stands for such a slice until then (the flow's sender calls its `open`).
+  sending    a `StagedSlice` is the queued payload that stands for a slice of a device bucket. The
+             flow's sender thread opens it when its turn comes (the copy into one of the flow's
+             host slots, waited for), and before writing those bytes starts the copy of the frame
+             now at the head of its queue into the other slot (`prefetch`), so that copy runs
+             while this slice is on the wire; it closes the slice once written, freeing its slot.
   receiving  the flow's receive thread lands a slice in a host slot (`landing`), then issues its
              copy to the device and the add (or plain copy) into the bucket there (`into`); the
              copy runs on a side stream while the next slice arrives in the other slot. A slot is
@@ -49,24 +50,32 @@ class HostStaging:
         self.device = torch.device(device)
         self.reserve = reserve
         self._slots: list[torch.Tensor] = []
-        self._gates: list[Marker] = []
+        self._gates: list[Marker] = []      # receiving: per slot, the device work that reads it
+        self._owners: list[object] = []     # sending: per slot, the StagedSlice it holds until closed
         self._next = 0
 
     # -- buffers -------------------------------------------------------------------------------
     def _host_buffer(self, nbytes: int) -> torch.Tensor:
         return torch.zeros(nbytes, dtype=torch.uint8)   # touched: its pages exist before a socket read
 
-    def _slot(self, nbytes: int) -> tuple[int, torch.Tensor]:
-        """The next slot in turn, at least `nbytes`, once the device work that read it is done."""
+    def _make_slots(self, nbytes: int) -> None:
         if not self._slots:
             self._slots = [self._host_buffer(max(nbytes, self.reserve)) for _ in range(SLOTS)]
             self._gates = [None] * SLOTS
+            self._owners = [None] * SLOTS
+
+    def _fit(self, index: int, nbytes: int) -> torch.Tensor:
+        if self._slots[index].numel() < nbytes:     # an unsliced policy's piece: grow this slot once
+            self._slots[index] = self._host_buffer(nbytes)
+        return self._slots[index]
+
+    def _slot(self, nbytes: int) -> tuple[int, torch.Tensor]:
+        """The next slot in turn, at least `nbytes`, once the device work that read it is done."""
+        self._make_slots(nbytes)
         index, self._next = self._next, (self._next + 1) % SLOTS
         self.wait(self._gates[index])
         self._gates[index] = None
-        if self._slots[index].numel() < nbytes:     # an unsliced policy's piece: grow this slot once
-            self._slots[index] = self._host_buffer(nbytes)
-        return index, self._slots[index]
+        return index, self._fit(index, nbytes)
 
     @property
     def slot_bytes(self) -> int:
@@ -93,14 +102,38 @@ class HostStaging:
         return None
 
     # -- the pipeline --------------------------------------------------------------------------
-    def out(self, source: torch.Tensor, after: Marker = None) -> memoryview:
-        """Copy `source` (contiguous, on this device) into the next slot once `after` is reached;
-        the slot's bytes, ready to write. The slot stays the caller's until its next `out`."""
-        nbytes = source.numel() * source.element_size()
-        _, slot = self._slot(nbytes)
-        self._copy(slot[:nbytes], _bytes(source), after)
-        self.wait(self._ready_marker())
-        return memoryview(slot[:nbytes].numpy()).cast("B")
+    def begin(self, piece: StagedSlice) -> bool:
+        """Start copying `piece` into a free slot (one no other piece holds), once its `after` is
+        reached; False, copying nothing, when every slot is held."""
+        self._make_slots(piece.nbytes)
+        free = [i for i, owner in enumerate(self._owners) if owner is None]
+        if not free:
+            return False
+        index = free[0]
+        slot = self._fit(index, piece.nbytes)
+        self._copy(slot[:piece.nbytes], _bytes(piece.source), piece.after)
+        self._owners[index] = piece
+        piece.ticket = (index, self._ready_marker())
+        return True
+
+    def open(self, piece: StagedSlice) -> memoryview:
+        """`piece`'s bytes in its slot (copied now if `begin` was not called), ready to write."""
+        if piece.ticket is None and not self.begin(piece):
+            raise RuntimeError("every staging slot of this flow is held: a slice was prefetched and "
+                               "never sent")
+        index, ready = piece.ticket
+        self.wait(ready)
+        return memoryview(self._slots[index][:piece.nbytes].numpy()).cast("B")
+
+    def close(self, piece: StagedSlice) -> None:
+        """`piece` was written: its slot is free again."""
+        if piece.ticket is not None:
+            self._owners[piece.ticket[0]] = None
+            piece.ticket = None
+
+    def held(self) -> int:
+        """Slots a piece holds (copied or being written, not yet closed)."""
+        return sum(owner is not None for owner in self._owners)
 
     def _ready_marker(self) -> Marker:
         return None
@@ -203,18 +236,27 @@ def staging_for(device: torch.device, reserve: int) -> HostStaging:
 
 
 class StagedSlice:
-    """A queued payload standing for `source` (a slice of a device bucket): the sending flow's
-    thread copies it into `staging`'s next slot when the frame's turn comes (`open`), once
-    `after` is reached, and sends those bytes."""
+    """A queued payload standing for `source` (a slice of a device bucket), copied into a slot of
+    `staging` once `after` is reached. Only the sending flow's thread calls its methods: `prefetch`
+    (start the copy early, while the frame before is written), `open` (the bytes to write) and
+    `close` (written: the slot is free)."""
 
-    __slots__ = ("staging", "source", "after", "nbytes")
+    __slots__ = ("staging", "source", "after", "nbytes", "ticket")
 
     def __init__(self, staging: HostStaging, source: torch.Tensor, after: Marker = None):
         self.staging, self.source, self.after = staging, source, after
         self.nbytes = source.numel() * source.element_size()
+        self.ticket: tuple[int, Marker] | None = None    # (slot, copy done) once begun
 
     def __len__(self) -> int:
         return self.nbytes
 
+    def prefetch(self) -> None:
+        if self.ticket is None:
+            self.staging.begin(self)
+
     def open(self) -> memoryview:
-        return self.staging.out(self.source, self.after)
+        return self.staging.open(self)
+
+    def close(self) -> None:
+        self.staging.close(self)
