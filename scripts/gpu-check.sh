@@ -19,8 +19,8 @@ set -u
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="${1:-${OUT:-$REPO/gpu-check}}"
 PYTHON="${PYTHON:-python3}"
-BUDGET_S="${GPU_CHECK_BUDGET_S:-320}"   # pytest's share of the 8 minutes
-BENCH_S="${GPU_CHECK_BENCH_S:-130}"     # the CUDA benches' share; the rest is start-up and summary
+BUDGET_S="${GPU_CHECK_BUDGET_S:-300}"   # pytest's share of the 8 minutes
+BENCH_S="${GPU_CHECK_BENCH_S:-150}"     # the CUDA benches' share; the rest is start-up and summary
 mkdir -p "$DIR"
 cd "$REPO" || exit 2
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
