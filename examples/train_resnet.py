@@ -5,6 +5,7 @@
     torchrun --nproc-per-node 2 examples/train_resnet.py                     # plain torchrun
     python -m geryon.launch ... examples/train_resnet.py --checkpoint-dir ckpt --checkpoint-every 10
     python -m geryon.launch ... examples/train_resnet.py --resume ckpt/step-10.pt   # goes on from there
+    python -m geryon.launch --local --nproc-per-node 4 examples/train_resnet.py --device cuda   # on GPUs
 
 What it has, as real scripts have it: a ResNet-style model (residual blocks, BatchNorm, convolutions
 without bias before a norm), AdamW with two parameter groups (weight decay on weights, none on biases
@@ -34,6 +35,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import geryon
+from geryon.errors import ConfigError
+from geryon.runtime.device import DEVICE_CHOICES, select_device
 
 CLASSES = 10
 
@@ -155,6 +158,8 @@ def parse_args(argv=None):
     parser.add_argument("--resume", default=None, metavar="FILE", help="go on from this checkpoint")
     parser.add_argument("--out", default=None, metavar="FILE", help="rank 0 saves the final model state here")
     parser.add_argument("--log-json", action="store_true")
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
+                        help="where the model trains: auto (the rank's GPU when there is one), cpu, cuda")
     args = parser.parse_args(argv)
     if args.checkpoint_every and not args.checkpoint_dir:
         parser.error("--checkpoint-every needs --checkpoint-dir")
@@ -177,14 +182,19 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     job = geryon.init()
+    try:
+        device = select_device(args.device, job.local_rank)
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from None
     local = batch_size(args, job.world_size)
     step_batch = local * args.grad_accum * job.world_size
 
     images, labels = make_dataset(args.train_size, seed=args.seed)
     test_images, test_labels = make_dataset(args.test_size, seed=args.seed + 1)
+    images, labels, test_images, test_labels = (t.to(device) for t in (images, labels, test_images, test_labels))
     torch.manual_seed(args.seed)
-    model = ResNet(args.width)
-    checkpoint = torch.load(args.resume, weights_only=True) if args.resume else None
+    model = ResNet(args.width).to(device)
+    checkpoint = torch.load(args.resume, weights_only=True, map_location=device) if args.resume else None
     if checkpoint is not None:  # before distribute(): every worker starts from the checkpoint
         model.load_state_dict(checkpoint["model"])
     optimizer = torch.optim.AdamW(parameter_groups(model, args.weight_decay), lr=args.lr)
@@ -199,7 +209,7 @@ def main(argv=None) -> None:
 
     started = time.perf_counter()
     for step in range(first, args.steps):
-        index = step_indices(step, args.train_size, step_batch, args.seed)
+        index = step_indices(step, args.train_size, step_batch, args.seed).to(device)
         optimizer.zero_grad()
         total = 0.0
         for micro in range(args.grad_accum):

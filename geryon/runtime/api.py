@@ -57,10 +57,16 @@ _context: RankEnv | None = None
 
 
 def init(backend: str = DEFAULT_BACKEND, timeout: timedelta = timedelta(minutes=5)) -> RankEnv:
-    """Join the job described by the environment; set up torch.distributed when there are several workers."""
+    """Join the job described by the environment; set up torch.distributed when there are several workers.
+
+    When this process sees CUDA, the rank's GPU (by LOCAL_RANK) becomes the current CUDA device and
+    `ctx.device` names it; otherwise `ctx.device` is the CPU."""
     global _context
     context = rank_env.current()
-    join_engine_job(context, backend, timeout)
+    join_engine_job(context, backend, timeout)   # an engine's server ranks serve here and exit
+    from geryon.runtime.device import use_rank_device
+
+    use_rank_device(context.local_rank)
     if context.distributed:
         import torch.distributed as dist
 
@@ -102,6 +108,7 @@ def distribute(model, optimizer, job: RankEnv | None = None, **ddp_options):
     options.refuse_cpu_sync_batchnorm(model)
     if job.mode == "ps":
         options.refuse_wrapped_in_ps(model)
+        options.refuse_device_parameters_in_ps(model)
     timeline = rank_timeline(job.timeline, job.name)
     model, optimizer = _synchronised(model, optimizer, job, timeline, ddp_options)
     if job.mode == "ps":

@@ -92,6 +92,14 @@ class RankEnv:
         return self.rank_name or f"worker{self.rank}"
 
     @property
+    def device(self):
+        """This rank's torch.device: its GPU by local rank when CUDA is visible, else the CPU
+        (geryon.runtime.device)."""
+        from geryon.runtime.device import rank_device
+
+        return rank_device(self.local_rank)
+
+    @property
     def has_transport(self) -> bool:
         """A job secret was given: geryon's transport can authenticate (else gloo does the work)."""
         return bool(self.secret)
