@@ -15,9 +15,7 @@ DSCP-marked flow that the switch serves first. Both runs train the same model on
 so their losses are equal; only the time differs. Iteration time is the mean over iterations 2..N
 (the first includes setup). It needs root (network namespaces); the whole demo takes ~2 minutes.
 
-Measured times: docs/measurements.md.
-
-The priority check that used to be the demo is `geryon emulate check`.
+Measured times: docs/transport.md. The priority check on its own is `geryon emulate check`.
 """
 
 import json

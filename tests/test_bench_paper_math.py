@@ -173,7 +173,7 @@ def test_markdown_and_chart(tmp_path):
     rows.append(make_row(model="vgg19", link="none", policy=CONTROL, workers=8, layout="colocated",
                          congestion="bbr", times=[1.62], compute_s=1.6, batch=32, scale=scale, vanilla_s=None,
                          extra={"control_of": "geryon", "link_rate_bits": 10**10, "cpu_roles_cores": 0.3,
-                                "cpu_machine_share": 0.9}))
+                                "cpu_machine_cores": 16, "cpu_machine_share": 0.9}))
     slicing = [make_row(policy=p, times=[t], **common, extra={"slice_params": 1048576,
                                                               "paper_images_per_s": 279.2 if p == "geryon" else 272.0,
                                                               "paper_geryon_over_endhost": 279.2 / 272.0})
@@ -184,5 +184,6 @@ def test_markdown_and_chart(tmp_path):
     text = markdown_report(record)
     assert "**11.000**" in text and "| vgg19 | 10gbe | bbr | geryon | 1.700" in text
     assert "94.6%" in text and "Control (vgg19" in text and "| 1024K | bbr |" in text
+    assert "used 0.30 of the 16 cores, the machine was 90% busy" in text  # the record's machine, not this one
     plot_paper(record, tmp_path / "paper.png")
     assert (tmp_path / "paper.png").stat().st_size > 1000

@@ -30,6 +30,7 @@ scheduling). Variants for the design investigation are named policy+option (see 
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -366,7 +367,8 @@ class PaperBench:
         row = make_row(model=model, link="none", policy=CONTROL, workers=s.workers, layout=s.layout,
                        congestion=congestion, times=times, compute_s=compute, batch=s.batch, scale=scale,
                        vanilla_s=None, extra={"table": "scaling", "control_of": policy,
-                                              "cpu_roles_cores": roles, "cpu_machine_share": machine,
+                                              "cpu_roles_cores": roles, "cpu_machine_cores": os.cpu_count(),
+                                              "cpu_machine_share": machine,
                                               "cpu_steal_share": steal,
                                               "blocked_s": summarize(self.blocked[mark:])["median"],
                                               "link_rate_bits": s.control_rate})
@@ -374,7 +376,7 @@ class PaperBench:
         self.cpu.setdefault("control", []).append({"model": model, "congestion": congestion,
                                                    "roles_cores": roles, "machine_share": machine,
                                                    "steal_share": steal})
-        self.say(_row_line(row) + f"  CPU: role processes {roles:.2f} of 2 cores, machine "
+        self.say(_row_line(row) + f"  CPU: role processes {roles:.2f} of {os.cpu_count()} cores, machine "
                  f"{100 * (machine or 0):.0f}% busy")
 
     def run_slice_table(self, job, model, congestion, scale, compute) -> None:

@@ -32,7 +32,7 @@ from geryon.sim import paper as sim_paper
 # iteration-boundary chain waited for CPU behind the FC parameters' threads (docs/paper-table.md)
 CLASS_THREAD_NICE = 10
 # ... or, where allowed, every flow's threads run real-time (SCHED_RR), class c at this priority - c: 16
-# role processes share 2 cores here, where a real host's transport has cores of its own
+# role processes share the machine's few cores, where a real host's transport has cores of its own
 # (docs/paper-table.md); the same for every policy (a single-flow policy's threads all get the top one)
 THREAD_RT_PRIORITY = 2
 # the workers' replayed compute stands for a GPU, which a real host's transport threads never slow

@@ -53,7 +53,7 @@ re-measurement over the smallest of many noisy estimates, biased low). Each work
 run-queue wait per iteration (`extra.worker_waits`, `run_wait_share`) and the load average at every
 switch say how much CPU contention went into a run (docs/threshold-search.md).
 
-Measured runs: docs/measurements.md.
+Measured runs: docs/results/.
 """
 
 from __future__ import annotations

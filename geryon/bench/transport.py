@@ -49,7 +49,7 @@ size): the roles start seconds apart on shared cores, and the first iteration wa
 Its `seconds` is the median iteration period of the job: from the last worker's end of one
 iteration to the last worker's end of the next (`per_worker_max_seconds`: the slowest worker's own
 duration per iteration, which also counts how much earlier that worker had finished the iteration
-before; docs/transport-profile.md).
+before; docs/transport.md).
 
 Fairness: geryon's flows and iperf3 use `--congestion` (else the hosts' default) on every socket, and
 `bench allreduce` makes it every emulated host's default so that gloo uses it too (the kernel allows
@@ -518,7 +518,7 @@ def _shared(parser) -> None:
     parser.add_argument("--no-offload", dest="offload", action="store_false",
                         help="MTU-sized packets through every queue (no 64 KB GSO super-packets), for every "
                         "system alike; costs CPU: at 8 ranks x 100 Mbit/s it makes every system CPU-bound "
-                        "(docs/transport-profile.md, tenth session)")
+                        "(docs/transport.md)")
     parser.add_argument("--slice-bytes", type=int, default=TransportConfig.slice_bytes)
     parser.add_argument("--max-slice-bytes", type=int, default=TransportConfig.max_slice_bytes,
                         help="allreduce: largest piece where the link proved fast (TransportConfig."

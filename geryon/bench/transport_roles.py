@@ -99,7 +99,7 @@ def start_together(rank: int, world: int, allreduce) -> float:
 
     The emulated hosts share one kernel clock. A barrier alone leaves the ranks' starts spread by how
     it releases them (a ring barrier: N-1 hops, the first rank out charged all of it; gloo's barrier:
-    all-to-all, one hop), which would measure the barrier, not the collective (docs/transport-profile.md).
+    all-to-all, one hop), which would measure the barrier, not the collective (docs/transport.md).
     """
     arrivals = torch.zeros(world, dtype=torch.float64)
     arrivals[rank] = time.time() + START_LEAD_S
@@ -114,9 +114,9 @@ def refill_between(barrier, work: list[torch.Tensor], tensors: list[torch.Tensor
     (`barrier` returns only then).
 
     Copied as soon as a rank's own collective ended instead, a rank that finished first would copy
-    (a memcpy of the whole size) while the others still finish, taking one of the 2 shared cores
+    (a memcpy of the whole size) while the others still finish, taking a shared core
     from them: the traced 8 x 10 MB ring lost up to 22 ms between a rank's last piece and the end
-    of its collective that way (docs/transport-profile.md, tenth session). Both systems alike.
+    of its collective that way (docs/transport.md). Both systems alike.
     """
     barrier()
     for target, source in zip(work, tensors):
@@ -181,9 +181,9 @@ def time_collectives(rank: int, world: int, iters: int, small_allreduce, collect
     After each run, every rank waits at a barrier for every other rank's end before it goes on (to
     `after_each`, to the next refill, or, after the last run, to its results and teardown). A rank
     that went on at once would run that work on the shared cores while its peers still receive their
-    last pieces: before this barrier, geryon's ranks that finished the last timed collective first
+    last pieces: without this barrier, geryon's ranks that finished the last timed collective first
     started tearing down, and the ranks still receiving took 1.8 ms longer in the median, up to 17 ms
-    (docs/transport-profile.md, thirty-first session). Every system alike.
+    (docs/transport.md). Every system alike.
     """
     flag = torch.zeros(1, dtype=torch.float64)   # the barrier's tensor, kept: a sum of zeros stays zero
     machine_clock = machine_seconds if rank == 0 else (lambda: MachineSeconds(0.0, 0.0))
@@ -323,7 +323,7 @@ def run_wire_ring(args) -> None:
     and the common start (`time_collectives`). This is what TCP with gloo's socket settings gets from
     the emulated ports; a collective can come in a little under it only through other socket
     settings (geryon's flows: their class's DSCP, the 10 ms RTO floor, TCP_NOTSENT_LOWAT) or the
-    run-to-run spread (docs/transport-profile.md, eleventh session).
+    run-to-run spread (docs/transport.md).
     """
     from concurrent.futures import ThreadPoolExecutor
 

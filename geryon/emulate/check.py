@@ -19,7 +19,7 @@ port is then one 1000-packet FIFO (120 ms at 100 Mbit/s), and two loss-based sen
 packet there in any measured run: which flow left slow start with the larger window keeps the
 larger share for longer than the check runs. Computed from a window the size of that queue, a reno
 sawtooth lasts about 20 s and a cubic epoch about 7 s. Two cubic flows have been measured at
-7%, 35%, 50%, 55% and 65% high share over 3 s (docs/transport-profile.md, eighteenth session).
+7%, 35%, 50%, 55% and 65% high share over 3 s (docs/transport.md).
 Every one of those splits means no priority.
 """
 

@@ -70,7 +70,7 @@ def _read_proc(path: str) -> str:
 
 # Where TCP pure ACKs ride on every priority-queued egress (host and switch port), so that a receiver's
 # ACKs do not wait behind bulk data going the other way: "off", "top" (the top priority class) or "own" (a
-# class above it; geryon.netconf.plan). Measured in docs/transport-profile.md, "Sixth session".
+# class above it; geryon.netconf.plan). Measured in docs/transport.md.
 DEFAULT_ACK_PRIORITY = "own"
 
 

@@ -70,7 +70,7 @@ def serve(env: RankEnv) -> int:
 
     # a server only updates slices on its transport threads: torch's intra-op threads would split each
     # slice's optimizer step and then spin, burning the CPU the colocated workers need (see
-    # docs/transport-profile.md)
+    # docs/transport.md)
     torch.set_num_threads(1)
 
     timeline = rank_timeline(env.timeline, env.name)

@@ -98,7 +98,7 @@ class _ServerShard:
 
         A fresh tensor per update was new memory for a shard over glibc's 32 MiB mmap threshold (a
         whole tensor under an unsliced policy, e.g. `vanilla`): 16,385 page faults, and the mean of
-        8 workers' 64 MiB took 53 ms instead of 31 (docs/data/linerate/lead29-mean-buffer.txt).
+        8 workers' 64 MiB took 53 ms instead of 31 (docs/transport.md).
         Sliced policies' 256 KiB shards were reused by the allocator anyway.
         """
         if self.mean is None:
