@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from geryon.errors import ConfigError, GeryonError, PermissionNeeded
+from geryon.errors import ConfigError, GeryonError, require_root
 from geryon.examples import script
 
 EXAMPLE = script("train_cnn")  # shipped in the package: the demo runs from any directory
@@ -152,9 +152,7 @@ def format_table(runs: list[DemoRun]) -> str:
 
 
 def run_from_args(args) -> int:
-    if os.geteuid() != 0:
-        raise PermissionNeeded("geryon demo builds an emulated cluster in network namespaces and needs "
-                               "root; run it with sudo")
+    require_root("geryon demo (an emulated cluster in network namespaces)")
     if not EXAMPLE.is_file():
         raise ConfigError(f"the demo runs {EXAMPLE}, which is missing: reinstall geryon")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]

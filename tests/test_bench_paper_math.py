@@ -5,9 +5,10 @@ import torch
 
 from geryon.bench.paper import PaperSettings, parse_params, policy_transport
 from geryon.bench.paper_cli import settings_from_args
-from geryon.bench.paper_math import (CONTROL, PaperScale, calibration_step, make_row, paper_efficiency,
-                                     rotated, scaling_efficiency, slowest_per_iteration, summarize)
+from geryon.bench.paper_math import (CONTROL, PaperScale, calibration_step, make_row, rotated, scaling_efficiency,
+                                     slowest_per_iteration, summarize)
 from geryon.bench.paper_report import markdown_report, plot_paper
+from geryon.sim.paper import paper_efficiency
 from geryon.cli import build_parser
 from geryon.errors import ConfigError
 from geryon.transport.policy import get_policy
@@ -76,6 +77,8 @@ def test_row_has_the_fields_and_the_paper_figure():
     assert row["error_points"] == pytest.approx(-4.6)
     assert row["bw_bits"] == 10e9 and row["link_rate_bits"] == 100_000_000
     assert paper_efficiency("vgg19", "10gbe", "endhost") is None
+    assert paper_efficiency("vgg19", "40gbe", "slicing") == 0.853   # (model, link, policy), as the rows say
+    assert paper_efficiency("alexnet", None, "geryon") is None
     control = make_row(model="vgg19", link="none", policy=CONTROL, workers=8, layout="colocated",
                        congestion="bbr", times=[1.0], compute_s=0.98, batch=32, scale=scale, vanilla_s=None)
     assert control["bw_bits"] is None and control["paper_scaling_efficiency"] is None

@@ -14,12 +14,11 @@ Results: docs/ps-optimizers.md ("Pulling ahead").
 """
 
 import json
-import os
 import statistics
 import sys
 from argparse import Namespace
 
-from geryon.errors import ConfigError, PermissionNeeded
+from geryon.errors import ConfigError, require_root
 
 MODES = ("end", "ahead")
 
@@ -42,9 +41,7 @@ def add_command(bench) -> None:
 def run_from_args(args) -> int:
     from geryon.demo import run_policy
 
-    if os.geteuid() != 0:
-        raise PermissionNeeded("geryon bench pull runs the job on an emulated cluster in network namespaces "
-                               "and needs root; run it with sudo")
+    require_root("geryon bench pull (the job runs on an emulated cluster in network namespaces)")
     if args.repeat < 1 or args.iterations < 3:
         raise ConfigError("--repeat must be at least 1 and --iterations at least 3 (the first two are warm-up)")
     runs = {mode: [] for mode in MODES}

@@ -24,7 +24,6 @@ Every one of those splits means no priority.
 """
 
 import json
-import os
 import signal
 import sys
 import time
@@ -34,7 +33,7 @@ from collections.abc import Callable
 from geryon.childproc import ChildProcess
 from geryon.emulate import EmulatedCluster
 from geryon.emulate.traffic import traffic_argv
-from geryon.errors import ConfigError, EmulationError, PermissionNeeded
+from geryon.errors import ConfigError, EmulationError, require_root
 from geryon.netconf import default_classes, read_class_counters
 from geryon.rates import format_rate, parse_rate
 
@@ -61,8 +60,7 @@ def run_check(bw: int | str = "100mbit", duration: float = 4.0,
     rate = parse_rate(bw)
     if duration <= warmup:
         raise ConfigError(f"--duration {duration} must exceed the {warmup} s warm-up; try 4")
-    if os.geteuid() != 0:
-        raise PermissionNeeded("the priority check builds network namespaces: run it as root")
+    require_root("the priority check (it builds network namespaces)")
     classes = default_classes(2)
     settings = {"bw_bps": rate, "bw": format_rate(rate), "duration_s": duration, "warmup_s": warmup,
                 "burst_bytes": burst_bytes, "burst_repeat": burst_repeat,

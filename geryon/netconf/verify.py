@@ -12,14 +12,13 @@ Bytes are Ethernet header plus IP length; with GSO on (the veth default) the cap
 super-packets, so compare flows by bytes, not packets.
 """
 
-import os
 import signal
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
 from geryon.childproc import ChildProcess
-from geryon.errors import InterfaceNotFound, NetconfError, PermissionNeeded
+from geryon.errors import InterfaceNotFound, NetconfError, require_root
 from geryon.netconf.state import netns_inode
 
 
@@ -174,8 +173,7 @@ def sniff_dscp(netns: str | None, iface: str, duration: float = 5.0, count: int 
 
 
 def _check_target(netns: str | None, iface: str) -> None:
-    if os.geteuid() != 0:
-        raise PermissionNeeded("sniffing needs root (raw sockets, entering namespaces): run with sudo")
+    require_root("sniffing (raw sockets, entering namespaces)")
     if netns and netns_inode(netns) is None:
         raise InterfaceNotFound(f"network namespace {netns!r} does not exist (see `ip netns list`)")
     check = ["ip", *(["-n", netns] if netns else []), "link", "show", "dev", iface]

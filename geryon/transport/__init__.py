@@ -40,11 +40,21 @@ Tracing: `TransportConfig(tracer=callback)` gets a `TransferEvent` per data slic
 sent and received (see `trace`).
 """
 
-from geryon.transport.allreduce import AllreduceGroup, reference_allreduce
-from geryon.transport.config import TransportConfig
-from geryon.transport.policy import POLICIES, Policy, get_policy
-from geryon.transport.ps import ParameterServer, PSWorker
-from geryon.transport.trace import TransferEvent
+import importlib
 
-__all__ = ["AllreduceGroup", "ParameterServer", "POLICIES", "Policy", "PSWorker", "TransferEvent",
-           "TransportConfig", "get_policy", "reference_allreduce"]
+# name -> module; loaded on first use, so that `geryon.transport.policy` (the policies' names, which the
+# launcher checks its flags against) can be imported without torch
+_EXPORTS = {
+    "AllreduceGroup": "allreduce", "reference_allreduce": "allreduce",
+    "TransportConfig": "config",
+    "POLICIES": "policy", "Policy": "policy", "get_policy": "policy",
+    "ParameterServer": "ps", "PSWorker": "ps",
+    "TransferEvent": "trace",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'geryon.transport' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"geryon.transport.{_EXPORTS[name]}"), name)
