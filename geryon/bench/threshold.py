@@ -179,7 +179,7 @@ class RoleProcess:
         self.child.close()
 
 
-def _gather(processes, op: str, **fields) -> list[dict]:
+def gather_replies(processes, op: str, **fields) -> list[dict]:
     """Send a command to every process at once, then collect the replies in order."""
     for process in processes:
         process.send(op, **fields)
@@ -238,7 +238,7 @@ class ReplayedPSJob:
         threshold = float(threshold)
         if threshold != self.threshold:
             self.switch(threshold)
-        replies = _gather(self.workers, "step")
+        replies = gather_replies(self.workers, "step")
         self.iterations += 1
         times = [reply["seconds"] for reply in replies]
         self.worker_times.append(times)
@@ -253,10 +253,10 @@ class ReplayedPSJob:
         if self.threshold is not None:
             self._drain()
         expected = threshold_split(self.ranking, [threshold], metric=self.setup.metric).digest()
-        listening = _gather(self.servers, "listen", threshold=threshold)
+        listening = gather_replies(self.servers, "listen", threshold=threshold)
         addresses = [[self.cluster.host(process.host).ip, reply["port"]]
                      for process, reply in zip(self.servers, listening)]
-        joined = _gather(self.workers, "connect", threshold=threshold, servers=addresses)
+        joined = gather_replies(self.workers, "connect", threshold=threshold, servers=addresses)
         digests = {reply["assignment"] for reply in listening + joined}
         plans = {reply["plan"] for reply in listening + joined}
         if digests != {expected} or len(plans) != 1:
@@ -269,8 +269,8 @@ class ReplayedPSJob:
 
     def _drain(self) -> None:
         """Every update pushed so far is applied and pulled back; check it on every rank."""
-        workers = _gather(self.workers, "drain")
-        servers = _gather(self.servers, "drain")
+        workers = gather_replies(self.workers, "drain")
+        servers = gather_replies(self.servers, "drain")
         applied = [reply["applied"] for reply in workers + servers]
         worker_digests = {reply["digest"] for reply in workers}
         check = {"iteration": self.iterations, "applied": applied,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from geryon.errors import InventoryError, QosProfileError
-from geryon.netconf.profile import QosProfile, check_target, resolve_profile
+from geryon.netconf.qos_profile import QosProfile, check_target, resolve_profile
 from geryon.netconf.remote import Endpoint
 from geryon.netconf.render import TARGETS, target_module
 

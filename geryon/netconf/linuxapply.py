@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from geryon.errors import ApplyError, GeryonError
-from geryon.netconf.profile import QosProfile
+from geryon.netconf.qos_profile import QosProfile
 from geryon.netconf.remote import Endpoint
 from geryon.netconf.render.linux import build_plan
 from geryon.netconf.tcstate import DeviceState, plan_canonical, read_state

@@ -5,7 +5,7 @@
     result = sniffer.result()      # SniffResult
     result.packets(source="10.199.0.1", dscp=46)
 
-The capture runs in a child process (`geryon.netconf.wire`) entered into the namespace with
+The capture runs in a child process (`geryon.netconf.sniff`) entered into the namespace with
 `ip netns exec`, so the caller's own namespace never changes. `start()` returns once the capture socket
 is open, so traffic sent after it is seen; `stop()` first drains what the kernel already captured.
 Bytes are Ethernet header plus IP length; with GSO on (the veth default) the capture sees ~64 KB
@@ -85,7 +85,7 @@ class DscpSniffer:
         if self._process is not None:
             raise NetconfError("this sniffer was already started; make a new DscpSniffer")
         _check_target(self.netns, self.iface)
-        argv = [sys.executable, "-m", "geryon.netconf.wire", "--iface", self.iface]
+        argv = [sys.executable, "-m", "geryon.netconf.sniff", "--iface", self.iface]
         if self.bpf_filter:
             argv += ["--filter", self.bpf_filter]
         if self.count:

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 
 from geryon.errors import ConfigError
-from geryon.netconf.profile import QosProfile, check_target
+from geryon.netconf.qos_profile import QosProfile, check_target
 
 TARGETS = ("linux", "sonic", "openconfig", "eos", "nxos", "nvue", "junos")
 FORMATS = ("native", "yang")

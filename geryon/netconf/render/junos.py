@@ -30,7 +30,7 @@ Hazards:
   - transmit-rate percentages of the weighted schedulers sum to 100.
 """
 
-from geryon.netconf.profile import ACK_APPROX, ACK_MAX_LEN, QosProfile, TargetLimits, percentages
+from geryon.netconf.qos_profile import ACK_APPROX, ACK_MAX_LEN, QosProfile, TargetLimits, percentages
 from geryon.netconf.render import Rendering
 
 LIMITS = TargetLimits("junos", max_strict=1, reserved_queues=(7,), percent_weights=True,

@@ -22,7 +22,7 @@ Hazards:
 """
 
 from geryon.errors import TargetLimitError
-from geryon.netconf.profile import QosProfile, TargetLimits, percentages
+from geryon.netconf.qos_profile import QosProfile, TargetLimits, percentages
 from geryon.netconf.render import Rendering
 
 LIMITS = TargetLimits("nvue", max_strict=8, percent_weights=True, ack_match=None,

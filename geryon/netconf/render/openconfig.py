@@ -26,7 +26,7 @@ Hazards:
   - IPv4 and IPv6 need separate classifiers (type IPV4 / IPV6); both are rendered.
 """
 
-from geryon.netconf.profile import ACK_APPROX, ACK_SHARE_PERCENT, QosProfile, TargetLimits
+from geryon.netconf.qos_profile import ACK_APPROX, ACK_SHARE_PERCENT, QosProfile, TargetLimits
 from geryon.netconf.render import Rendering, dump_json
 
 LIMITS = TargetLimits("openconfig", max_strict=8, ack_match=ACK_APPROX,

@@ -30,7 +30,7 @@ Hazards:
     config, so `render_yang` adds placeholders (lanes = position, speed = the profile rate or 100G).
 """
 
-from geryon.netconf.profile import QosProfile, TargetLimits
+from geryon.netconf.qos_profile import QosProfile, TargetLimits
 from geryon.netconf.render import Rendering, dump_json
 
 LIMITS = TargetLimits("sonic", max_strict=8, ack_match=None,
