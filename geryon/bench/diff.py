@@ -56,29 +56,15 @@ class FigureDiff:
 
 def load_rows(path: str | Path) -> list[dict]:
     """The result rows of a bench record: JSON lines, a JSON list of rows, or bench paper's paper.json."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read bench record {path}: {exc.strerror}") from None
-    try:
-        whole = json.loads(text)
-    except json.JSONDecodeError:
-        whole = None
+    from geryon.sim.compare import read_record   # lazy: it pulls in numpy and the simulator
+
+    whole = read_record(path)
     if isinstance(whole, dict) and "rows" in whole:
         rows = [{"bench": "paper", **row} for row in whole["rows"] + whole.get("slicing_rows", [])]
-    elif isinstance(whole, list):
-        rows = [row for row in whole if isinstance(row, dict)]
     elif isinstance(whole, dict):
         rows = [whole]
     else:
-        rows = []
-        for line in text.splitlines():
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
+        rows = [row for row in whole if isinstance(row, dict)] if isinstance(whole, list) else []
     rows = [row for row in rows if any(figure in row for figure in TIMED_FIGURES)]
     if not rows:
         raise ConfigError(f"{path} holds no bench result rows: give what `geryon bench allreduce|transport|"
