@@ -8,7 +8,7 @@ pulling ahead changes when updates travel, not what they are).
 
 Pulling ahead can only win where backward still runs after the big layers' pushes are done: its gain
 is at most the time the servers need to send those layers back. The defaults (2 workers, 2 servers,
-a 64-wide CNN with a 2048-wide hidden layer, 400 Mbit/s ports) are such a case on this 2-core machine;
+a 64-wide CNN with a 2048-wide hidden layer, 400 Mbit/s ports) are such a case on a 2-core machine;
 with the demo's settings (4 workers, 100 Mbit/s) the pushes outlast backward and the two modes tie.
 Results: docs/ps-optimizers.md ("Pulling ahead").
 """

@@ -40,7 +40,7 @@ Iteration time: a worker's forward start to backward end, its forward blocked on
 switch the first iteration runs on parameters pulled before it (pure compute) and the second carries
 the first transfers on the new connections (TCP start-up; measured 5-10% slower than the rest), so
 the emulated backend discards 2 warm-up iterations per probe. The driver's per-iteration round trip
-(~1 ms) overlaps with the pulls. Per-iteration noise on the shared 2-core machine, 4 workers: the
+(~1 ms) overlaps with the pulls. Per-iteration noise on a shared 2-core machine, 4 workers: the
 median deviation from a probe's median is 1.6-2.1% for VGG-19 (it follows the machine's load) and
 4.5-5.4% for ResNet-50 (whatever the load: 11-13% of its iterations are compute-only, their
 parameters having arrived before the forward pass: with bbr the server port's egress shares swing
