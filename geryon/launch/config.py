@@ -15,7 +15,7 @@ from geryon import envvars as ev
 from geryon.errors import ConfigError, require_root
 from geryon.launch.hostfile import HostSpec, parse_hostfile
 from geryon.rates import parse_rate
-from geryon.transport.policy import POLICIES
+from geryon.transport.policy import PLACEMENTS, POLICIES
 
 PRIORITY_SCHEMES = ("coarse", "search", "threshold=T")
 TOPOLOGIES = ("star", "leafspine")
@@ -33,7 +33,6 @@ ENV_TWINS = {
     "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
     "ps_pull": ev.PS_PULL, "ps_placement": ev.PS_PLACEMENT, "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
 }
-PS_PLACEMENTS = ("bytes", "count")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -195,7 +194,7 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     ps_placement = getattr(args, "ps_placement", None)
     if ps_placement and mode != "ps":
         raise ConfigError(f"--ps-placement {ps_placement} applies to --mode ps only")
-    ps_placement = _choice(ps_placement or "bytes", PS_PLACEMENTS, "--ps-placement")
+    ps_placement = _choice(ps_placement or "bytes", PLACEMENTS, "--ps-placement")
     workers = _count(args.workers, "--workers", minimum=1)
     if workers is None:
         workers = sum(h.slots for h in hosts) if hosts else DEFAULT_WORKERS

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from geryon import envvars as ev
 from geryon.errors import ConfigError
+from geryon.transport.policy import PLACEMENTS
 
 SLURM_DEFAULT_PORT_BASE = 20000
-PS_PLACEMENTS = ("bytes", "count")   # transport.config.PLACEMENTS
 
 _current: "RankEnv | None" = None
 
@@ -120,8 +120,8 @@ class RankEnv:
                               f"{', '.join(ev.PS_OPTIMIZER_MODES)}")
         if job["ps_pull"] not in ev.PS_PULL_MODES:
             raise ConfigError(f"{ev.PS_PULL}={job['ps_pull']!r}: use {', '.join(ev.PS_PULL_MODES)}")
-        if job["ps_placement"] not in PS_PLACEMENTS:
-            raise ConfigError(f"{ev.PS_PLACEMENT}={job['ps_placement']!r}: use {', '.join(PS_PLACEMENTS)}")
+        if job["ps_placement"] not in PLACEMENTS:
+            raise ConfigError(f"{ev.PS_PLACEMENT}={job['ps_placement']!r}: use {', '.join(PLACEMENTS)}")
         if "RANK" in env and "WORLD_SIZE" in env:
             world = _int(env, "WORLD_SIZE")
             return cls(rank=_int(env, "RANK"), world_size=world, local_rank=_int(env, "LOCAL_RANK", 0),

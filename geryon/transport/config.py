@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from geryon.errors import ConfigError
-from geryon.transport.policy import Policy, get_policy
+from geryon.transport.policy import PLACEMENTS, Policy, get_policy
 from geryon.transport.tls import TlsCredentials
 from geryon.transport.trace import TransferEvent
 
 DEFAULT_DSCP = (46, 0)
-PLACEMENTS = ("count", "bytes")   # see transport.shards.plan_shards
 
 
 @dataclass(frozen=True)
