@@ -27,6 +27,10 @@ GRACE = "GERYON_GRACE"
 MAX_CLASSES = "GERYON_MAX_CLASSES"   # --priority search over K classes (the launcher sets SEARCH_CLASSES)
 PS_OPTIMIZER = "GERYON_PS_OPTIMIZER"
 PS_PULL = "GERYON_PS_PULL"
+# the values the job variables take, checked by the launcher (its flags) and by the rank (RankEnv)
+MODES = ("allreduce", "ps")                        # MODE
+PS_OPTIMIZER_MODES = ("auto", "server", "worker")  # PS_OPTIMIZER
+PS_PULL_MODES = ("auto", "end", "ahead")           # PS_PULL
 PS_PLACEMENT = "GERYON_PS_PLACEMENT"
 TLS = "GERYON_TLS"                   # --tls: TLS on the data flows, per-job credentials
 COLLECTIVES = "GERYON_COLLECTIVES"   # --collectives: what carries allreduce mode's buckets (geryon.collectives)
@@ -94,7 +98,7 @@ SEARCH_VARIABLES = (SEARCH_CANDIDATES, SEARCH_ITERS, SEARCH_WARMUP, SEARCH_BUDGE
 
 # -- tools outside a job ----------------------------------------------------------------------------------
 PROFILES = "GERYON_PROFILES"     # a directory of per-layer .dag profiles (else the packaged ones)
-STATE_DIR = "GERYON_STATE_DIR"   # where emulate/netconf keep their state (default /run/geryon)
+STATE_DIR = "GERYON_STATE_DIR"   # where emulate/netconf keep their state (geryon.netnames.state_base)
 
 # -- defaults both halves agree on ------------------------------------------------------------------------
 DEFAULT_POLICY = "geryon"

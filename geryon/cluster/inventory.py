@@ -34,7 +34,7 @@ from pathlib import Path
 
 from geryon.cluster.emulated import dial_namespace, refuse_emulated_addresses
 from geryon.errors import InventoryError, QosProfileError
-from geryon.netconf.profile import QosProfile, check_target, resolve_profile
+from geryon.netconf.qos_profile import QosProfile, check_target, resolve_profile
 from geryon.netconf.remote import Endpoint
 from geryon.netconf.render import TARGETS, target_module
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from geryon.emulate import state
-from geryon.emulate.fabric import NETNS_DIR
+from geryon.childproc import in_netns
 from geryon.emulate.topology import PREFIX_LEN
 from geryon.errors import EmulationError
 
@@ -51,7 +51,7 @@ def start_sshd(netns: str, address: str, folder: Path, port: int = PORT) -> Path
                       "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
                       f"PermitRootLogin prohibit-password\nPidFile {folder / f'sshd_{tag}.pid'}\n")
     log.unlink(missing_ok=True)
-    subprocess.run(["nsenter", f"--net={NETNS_DIR}/{netns}", "--", SSHD, "-f", str(config), "-E", str(log)],
+    subprocess.run(in_netns(netns, [SSHD, "-f", str(config), "-E", str(log)]),
                    check=True, timeout=10)
     deadline = time.monotonic() + 10
     while not (log.exists() and "Server listening" in log.read_text()):

@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 
 from geryon import envvars as ev
 from geryon.collectives import GERYON, check_class_count, parse_collectives
-from geryon.errors import ConfigError, PermissionNeeded
+from geryon.errors import ConfigError, require_root
 from geryon.launch.hostfile import HostSpec, parse_hostfile
 from geryon.rates import parse_rate
+from geryon.transport.policy import PLACEMENTS, POLICIES
 
-MODES = ("allreduce", "ps")
-POLICIES = ("vanilla", "slicing", "endhost", "geryon")
 PRIORITY_SCHEMES = ("coarse", "search", "threshold=T")
 TOPOLOGIES = ("star", "leafspine")
 BACKENDS = ("local", "emulate", "ssh")
@@ -36,9 +35,6 @@ ENV_TWINS = {
     "ps_pull": ev.PS_PULL, "ps_placement": ev.PS_PLACEMENT, "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
     "collectives": ev.COLLECTIVES,
 }
-PS_OPTIMIZER_MODES = ("auto", "server", "worker")
-PS_PULL_MODES = ("auto", "end", "ahead")
-PS_PLACEMENTS = ("bytes", "count")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -170,7 +166,7 @@ def parse_launch_args(argv: list[str] | None = None, environ=None) -> LaunchConf
 def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     """Validate parsed arguments (strings or None) into a LaunchConfig; raise ConfigError on bad input."""
     script = _check_script(args.script)
-    mode = _choice(args.mode or "allreduce", MODES, "--mode")
+    mode = _choice(args.mode or "allreduce", ev.MODES, "--mode")
     policy = _choice(args.policy or "geryon", POLICIES, "--policy")
     priority = check_priority(args.priority or "coarse")
     classes = check_classes(args.classes)
@@ -199,15 +195,15 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     ps_optimizer = getattr(args, "ps_optimizer", None)
     if ps_optimizer and mode != "ps":
         raise ConfigError(f"--ps-optimizer {ps_optimizer} applies to --mode ps only")
-    ps_optimizer = _choice(ps_optimizer or "auto", PS_OPTIMIZER_MODES, "--ps-optimizer")
+    ps_optimizer = _choice(ps_optimizer or "auto", ev.PS_OPTIMIZER_MODES, "--ps-optimizer")
     ps_pull = getattr(args, "ps_pull", None)
     if ps_pull and mode != "ps":
         raise ConfigError(f"--ps-pull {ps_pull} applies to --mode ps only")
-    ps_pull = _choice(ps_pull or "auto", PS_PULL_MODES, "--ps-pull")
+    ps_pull = _choice(ps_pull or "auto", ev.PS_PULL_MODES, "--ps-pull")
     ps_placement = getattr(args, "ps_placement", None)
     if ps_placement and mode != "ps":
         raise ConfigError(f"--ps-placement {ps_placement} applies to --mode ps only")
-    ps_placement = _choice(ps_placement or "bytes", PS_PLACEMENTS, "--ps-placement")
+    ps_placement = _choice(ps_placement or "bytes", PLACEMENTS, "--ps-placement")
     workers = _count(args.workers, "--workers", minimum=1)
     if workers is None:
         workers = sum(h.slots for h in hosts) if hosts else DEFAULT_WORKERS
@@ -222,9 +218,7 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
                               f"unknown host keys: add them after checking their fingerprints "
                               f"(ssh-keyscan -p PORT HOST >> {known_hosts}) or pass --known-hosts FILE")
     if backend == "emulate":
-        if os.geteuid() != 0:
-            raise PermissionNeeded("--emulate builds network namespaces and needs root; run it with sudo "
-                                   "or use --local")
+        require_root("--emulate (it builds network namespaces)", "run it with sudo or use --local")
         from geryon.emulate.topology import check_host_count  # lazy: pulls in pyroute2
 
         check_host_count(emulated_host_count(workers, servers))

@@ -20,12 +20,9 @@ from dataclasses import dataclass, field
 
 from geryon import envvars as ev
 from geryon.errors import ConfigError
+from geryon.transport.policy import PLACEMENTS
 
 SLURM_DEFAULT_PORT_BASE = 20000
-MODES = ("allreduce", "ps")
-PS_OPTIMIZER_MODES = ("auto", "server", "worker")
-PS_PULL_MODES = ("auto", "end", "ahead")
-PS_PLACEMENTS = ("bytes", "count")   # transport.config.PLACEMENTS
 
 _current: "RankEnv | None" = None
 
@@ -138,17 +135,17 @@ class RankEnv:
                             if (env.get(name) or "").strip()),
             "search_run": env.get(ev.SEARCH_RUN) or None,
         }
-        if job["mode"] not in MODES:
-            raise ConfigError(f"{ev.MODE}={job['mode']!r}: use allreduce or ps")
+        if job["mode"] not in ev.MODES:
+            raise ConfigError(f"{ev.MODE}={job['mode']!r}: use {' or '.join(ev.MODES)}")
         if not 0 <= job["thread_rt_priority"] <= 99:
             raise ConfigError(f"{ev.THREAD_RT}={job['thread_rt_priority']}: 0 (off) or a SCHED_RR priority 1..99")
-        if job["ps_optimizer"] not in PS_OPTIMIZER_MODES:
+        if job["ps_optimizer"] not in ev.PS_OPTIMIZER_MODES:
             raise ConfigError(f"{ev.PS_OPTIMIZER}={job['ps_optimizer']!r}: use "
-                              f"{', '.join(PS_OPTIMIZER_MODES)}")
-        if job["ps_pull"] not in PS_PULL_MODES:
-            raise ConfigError(f"{ev.PS_PULL}={job['ps_pull']!r}: use {', '.join(PS_PULL_MODES)}")
-        if job["ps_placement"] not in PS_PLACEMENTS:
-            raise ConfigError(f"{ev.PS_PLACEMENT}={job['ps_placement']!r}: use {', '.join(PS_PLACEMENTS)}")
+                              f"{', '.join(ev.PS_OPTIMIZER_MODES)}")
+        if job["ps_pull"] not in ev.PS_PULL_MODES:
+            raise ConfigError(f"{ev.PS_PULL}={job['ps_pull']!r}: use {', '.join(ev.PS_PULL_MODES)}")
+        if job["ps_placement"] not in PLACEMENTS:
+            raise ConfigError(f"{ev.PS_PLACEMENT}={job['ps_placement']!r}: use {', '.join(PLACEMENTS)}")
         if "RANK" in env and "WORLD_SIZE" in env:
             world = _int(env, "WORLD_SIZE")
             if job["role"]:   # a worker geryon.launch started

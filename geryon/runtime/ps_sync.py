@@ -8,7 +8,7 @@ post-accumulate-grad hook; geryon.transport's PSWorker sends each slice on its p
 flow), so pushing overlaps the rest of backward, as in DDP; `step()` pushes what backward did not
 touch and asks for the next parameters; nothing is updated locally. As with DDP, every backward
 pass communicates: call step() after each one (no gradient accumulation over several passes).
-The servers run the user's torch.optim class with its parameter groups (geryon.transport.ps_optim)
+The servers run the user's torch.optim class with its parameter groups (geryon.transport.server_optimizer)
 on the mean gradient, so W workers follow the curve of one process on the union of their batches.
 Each step() also sends a STEP frame: the groups' numeric hyper-parameters as they are at that
 moment (so schedulers, warm-up and manual edits apply at the next update, exactly as in one
@@ -107,7 +107,7 @@ def encode_spec(values, priorities, optimizer_spec, states=None) -> bytes:
 def decode_spec(data: bytes) -> dict:
     import torch
 
-    from geryon.transport.ps_optim import OptimizerSpec
+    from geryon.transport.server_optimizer import OptimizerSpec
 
     spec = torch.load(io.BytesIO(data), weights_only=True)
     spec["optimizer"] = OptimizerSpec.from_json(spec["optimizer"])
@@ -144,7 +144,7 @@ class ParameterServerSync(SetUpOnFirstForward):
     """A worker's side of PS training: setup on first forward, per-layer waits, push/pull steps."""
 
     def __init__(self, model, optimizer, job, timeline=None, spec=None):
-        from geryon.transport.ps_optim import describe_optimizer
+        from geryon.transport.server_optimizer import describe_optimizer
 
         self.model, self.optimizer, self.job, self.timeline = model, optimizer, job, timeline
         self.params = list(model.parameters())
@@ -219,7 +219,7 @@ class ParameterServerSync(SetUpOnFirstForward):
                 self.model, args, kwargs, job.priority, config.classes, store, self.prefix, job.rank,
                 job.world_size)
         from geryon.runtime.ps_checkpoint import Checkpoints, current_states
-        from geryon.transport.ps_optim import describe_optimizer
+        from geryon.transport.server_optimizer import describe_optimizer
 
         self.spec = describe_optimizer(self.optimizer, self.params)  # settings made since distribute()
         states = current_states(self.optimizer, self.params)  # state loaded before training
@@ -318,7 +318,7 @@ class ParameterServerSync(SetUpOnFirstForward):
         """The STEP frame: clip request, the groups' numeric settings now, presence per tensor."""
         import torch
 
-        from geryon.transport.ps_optim import check_groups, hyper_vector
+        from geryon.transport.server_optimizer import check_groups, hyper_vector
 
         groups = check_groups(self.optimizer.param_groups, self.spec)
         clip = (1.0, *self.clip) if self.clip is not None else (0.0, 0.0, 0.0)

@@ -15,7 +15,7 @@ A server runs geryon.transport's `ParameterServer`:
   2. it listens on the rank's host address (a free port) and publishes `host:port` under
      `ps/server/<j>`; workers authenticate with the job secret;
   3. it serves pushes and pulls, per priority class, running the user's torch.optim class on its
-     shards (geryon.transport.ps_optim), until every worker is gone (said goodbye, or
+     shards (geryon.transport.server_optimizer), until every worker is gone (said goodbye, or
      lost: then it names the worker), and holds the role until the launcher's SIGTERM (exit 0, or 1
      when a worker was lost). The transport's closed connection or timeout
      (RankEnv.transport_timeout) marks a lost worker, so a dead worker never hangs a server.
@@ -72,7 +72,7 @@ def serve(env: RankEnv) -> int:
 
     # a server only updates slices on its transport threads: torch's intra-op threads would split each
     # slice's optimizer step and then spin, burning the CPU the colocated workers need (see
-    # docs/transport-profile.md)
+    # docs/transport.md)
     torch.set_num_threads(1)
 
     timeline = rank_timeline(env.timeline, env.name)
@@ -128,7 +128,7 @@ def switched_state(server, store, prefix: str, switch: int, count: int, values):
     """
     import torch
 
-    from geryon.transport.ps_optim import full_state
+    from geryon.transport.server_optimizer import full_state
 
     mine = {key: (state.param.clone(), state.state(), state.version)
             for key, state in server.shards.items()}

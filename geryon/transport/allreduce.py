@@ -81,7 +81,7 @@ class _Inbox:
     before any socket read lands in them. A buffer that grew with the pieces was fresh, untouched
     memory at each growth: the first collective with rate-sized pieces (the one after the first of
     a size) took 15-30 ms longer at 1 Gbit/s, 8 x 100 MB, and made this way it does not
-    (docs/transport-profile.md, twenty-eighth session). It grows again only for a piece larger than
+    (docs/transport.md). It grows again only for a piece larger than
     `reserve` (unsliced policies).
     """
     reserve: int = 0
@@ -349,7 +349,7 @@ class AllreduceGroup(PoolOwner):
         piece is queued by the sender thread before it takes its next frame), but the first byte
         leaves as soon as the first piece is queued. Queuing a 100 MB chunk's hundreds of pieces up
         front held every rank's first byte back by milliseconds of Python at every collective
-        (docs/transport-profile.md, twelfth session).
+        (docs/transport.md).
         """
         start, end = self._chunk(run, self.rank)
         spans = pieces(start, end, self._piece(run))

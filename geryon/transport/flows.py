@@ -276,7 +276,7 @@ class Flow:
         Returns how many header bytes it read: as many as had arrived, so one recv per frame, not two.
         On a plain socket a header that has not arrived is waited for in poll(): a thread blocked in
         recv() is also woken each time ACKs free send-buffer space (reader and writer share the socket's
-        wait queue), while poll() for readability sleeps through those (docs/transport-profile.md).
+        wait queue), while poll() for readability sleeps through those (docs/transport.md).
         """
         readable = self._readable
         while not self.closing:

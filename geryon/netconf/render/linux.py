@@ -33,7 +33,7 @@ from geryon.netconf.plan import (HTB_QUANTUM, LOW_SHARE, MIN_CLASS_RATE, PARENT_
                                  UNSHAPED_RATE, ClassOp, FilterOp, QdiscOp, QueuePlan, ack_class_ops, ack_filter_ops,
                                  format_tc_rate, htb_class_params)
 from geryon.errors import TargetLimitError
-from geryon.netconf.profile import QosProfile, TargetLimits
+from geryon.netconf.qos_profile import QosProfile, TargetLimits
 from geryon.netconf.render import Rendering
 
 LIMITS = TargetLimits("linux", max_strict=8)
