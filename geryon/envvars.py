@@ -31,7 +31,9 @@ PS_PULL = "GERYON_PS_PULL"
 MODES = ("allreduce", "ps")                        # MODE
 PS_OPTIMIZER_MODES = ("auto", "server", "worker")  # PS_OPTIMIZER
 PS_PULL_MODES = ("auto", "end", "ahead")           # PS_PULL
+OVERLAP_MODES = ("barrier", "next-forward")        # OVERLAP, barrier the default
 PS_PLACEMENT = "GERYON_PS_PLACEMENT"
+OVERLAP = "GERYON_OVERLAP"             # allreduce mode: barrier or next-forward (geryon.runtime.ddp_overlap)
 TLS = "GERYON_TLS"                   # --tls: TLS on the data flows, per-job credentials
 COLLECTIVES = "GERYON_COLLECTIVES"   # --collectives: what carries allreduce mode's buckets (geryon.collectives)
 
@@ -76,6 +78,7 @@ JOB_VARIABLES = {
     PS_PULL: "ps mode: auto, end or ahead (when a worker asks for the next parameters)",
     PS_PLACEMENT: "ps mode: bytes or count (how slices are dealt over the servers)",
     COLLECTIVES: "allreduce mode: geryon, nccl, nccl-ib:SL,... or gloo-classes (what carries the buckets)",
+    OVERLAP: "allreduce mode: barrier or next-forward (when each parameter is updated)",
     TLS_FILE: "--tls: a 0600 file with the job's TLS key and certificate (PEM)",
     TLS_CREDENTIALS: "--tls over SSH: the job's TLS key and certificate, base64 PEM (sent on stdin)",
 }

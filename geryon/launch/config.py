@@ -33,7 +33,7 @@ ENV_TWINS = {
     "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
     "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
     "ps_pull": ev.PS_PULL, "ps_placement": ev.PS_PLACEMENT, "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
-    "collectives": ev.COLLECTIVES,
+    "collectives": ev.COLLECTIVES, "overlap": ev.OVERLAP,
 }
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -63,6 +63,7 @@ class LaunchConfig:
     ps_optimizer: str = "auto"                   # ps mode: who runs the optimizer (auto | server | worker)
     ps_pull: str = "auto"                        # ps mode: when workers ask for the next parameters
     ps_placement: str = "bytes"                  # ps mode: slices over servers, byte-balanced or round-robin
+    overlap: str = "barrier"                     # allreduce mode: update after every bucket, or per layer
     job_id: str = field(default_factory=lambda: "j" + secrets.token_hex(3)[:5])  # also the cluster name
     secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     tls: bool = False                            # TLS on the data flows (geryon.transport.tls)
@@ -135,6 +136,11 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                         help="ps mode: deal the slices over the servers by bytes (each to the server "
                              "holding the fewest so far; the default) or round-robin by count (P3's "
                              f"way) ({ev.PS_PLACEMENT})")
+    parser.add_argument("--overlap", default=twin("overlap"), metavar="barrier|next-forward",
+                        help="allreduce mode: step() updates after every bucket is reduced (barrier, "
+                             "DDP's way; the default) or each parameter as soon as its bucket is, the "
+                             "next forward waiting per layer for its own (next-forward; elementwise "
+                             f"torch.optim classes; {ev.OVERLAP}; docs/allreduce-overlap.md)")
     parser.add_argument("--tls", action="store_true", default=None,
                         help="encrypt the data flows with TLS; the launcher makes a key and certificate "
                              f"for the job and every rank verifies its peers' against it ({ev.TLS})")
@@ -204,6 +210,11 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     if ps_placement and mode != "ps":
         raise ConfigError(f"--ps-placement {ps_placement} applies to --mode ps only")
     ps_placement = _choice(ps_placement or "bytes", PLACEMENTS, "--ps-placement")
+    overlap = getattr(args, "overlap", None)
+    if overlap and overlap != "barrier" and mode != "allreduce":
+        raise ConfigError(f"--overlap {overlap} applies to --mode allreduce only (in --mode ps, "
+                          "--ps-pull ahead overlaps the update with backward)")
+    overlap = _choice(overlap or "barrier", ev.OVERLAP_MODES, "--overlap")
     workers = _count(args.workers, "--workers", minimum=1)
     if workers is None:
         workers = sum(h.slots for h in hosts) if hosts else DEFAULT_WORKERS
@@ -238,7 +249,7 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         backend=backend, bw=bw,
         topology=topology, hosts=hosts, known_hosts=known_hosts, timeline=timeline, timeout=timeout,
         grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer, ps_pull=ps_pull,
-        ps_placement=ps_placement,
+        ps_placement=ps_placement, overlap=overlap,
         tls=bool(getattr(args, "tls", False)), collectives=collectives)
 
 

@@ -54,6 +54,7 @@ def job_environment(config: LaunchConfig, spec: RankSpec, master_addr: str, mast
         ev.PS_PULL: config.ps_pull,
         ev.PS_PLACEMENT: config.ps_placement,
         ev.COLLECTIVES: config.collectives,
+        ev.OVERLAP: config.overlap,
         "WORLD_SIZE": str(config.workers),
     }
     if config.max_classes:

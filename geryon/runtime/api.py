@@ -15,6 +15,9 @@ union of their batches:
   allreduce  the model is wrapped in DistributedDataParallel with the DDP options given to
              distribute() (users keep DDP; an already wrapped model is kept); under geryon.launch its
              buckets travel over geryon's priority flows (geryon.runtime.ddp_sync), elsewhere over gloo.
+             With --overlap next-forward there is no DDP: the model comes back with per-layer
+             waits and the optimizer with a stand-in that updates each parameter as soon as its
+             bucket is reduced (geryon.runtime.ddp_overlap).
   ps         under geryon.launch, an elementwise torch.optim optimizer (SGD, Adam, AdamW, RMSprop,
              Adagrad, ...) runs on the parameter servers: the model gets per-layer forward
              pre-hooks that wait only for their own parameters, and the optimizer is replaced by a
@@ -127,6 +130,10 @@ def _synchronised(model, optimizer, job: RankEnv, timeline, ddp_options: dict):
             return model, _parameter_servers(model, optimizer, job, timeline)
         GradientAverageSync(model, optimizer, job).attach()
         return model, optimizer
+    if transport and job.overlap == "next-forward":
+        from geryon.runtime.ddp_overlap import OverlappedAllreduce
+
+        return model, OverlappedAllreduce(model, optimizer, job, timeline, ddp_options).attach()
     from geryon.runtime.ddp_options import wrap_ddp
 
     ddp = wrap_ddp(model, ddp_options)

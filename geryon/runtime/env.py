@@ -66,6 +66,7 @@ class RankEnv:
     ps_pull: str = "auto"                   # ps mode: when the next parameters are asked for (auto | end | ahead)
     ps_placement: str = "bytes"             # ps mode: slices over servers (bytes | count)
     collectives: str = "geryon"             # allreduce mode: what carries the buckets (geryon.collectives)
+    overlap: str = "barrier"                # allreduce mode: barrier | next-forward (geryon.runtime.ddp_overlap)
     # inherited from the launcher's environment
     transport_timeout: float = ev.DEFAULT_TRANSPORT_TIMEOUT_S
     connect_timeout: float | None = None    # TransportConfig.connect_timeout (None: transport_timeout)
@@ -127,6 +128,7 @@ class RankEnv:
             "ps_pull": env.get(ev.PS_PULL) or "auto",
             "ps_placement": env.get(ev.PS_PLACEMENT) or "bytes",
             "collectives": env.get(ev.COLLECTIVES) or "geryon",
+            "overlap": env.get(ev.OVERLAP) or "barrier",
             "transport_timeout": _seconds(ev.TRANSPORT_TIMEOUT, env.get(ev.TRANSPORT_TIMEOUT) or "",
                                           ev.DEFAULT_TRANSPORT_TIMEOUT_S),
             "connect_timeout": _seconds(ev.CONNECT_TIMEOUT, env.get(ev.CONNECT_TIMEOUT) or "", None),
@@ -146,6 +148,8 @@ class RankEnv:
             raise ConfigError(f"{ev.PS_PULL}={job['ps_pull']!r}: use {', '.join(ev.PS_PULL_MODES)}")
         if job["ps_placement"] not in PLACEMENTS:
             raise ConfigError(f"{ev.PS_PLACEMENT}={job['ps_placement']!r}: use {', '.join(PLACEMENTS)}")
+        if job["overlap"] not in ev.OVERLAP_MODES:
+            raise ConfigError(f"{ev.OVERLAP}={job['overlap']!r}: use {', '.join(ev.OVERLAP_MODES)}")
         if "RANK" in env and "WORLD_SIZE" in env:
             world = _int(env, "WORLD_SIZE")
             if job["role"]:   # a worker geryon.launch started
