@@ -1,0 +1,75 @@
+"""Allreduce mode with --overlap next-forward (geryon.runtime.ddp_overlap): each parameter is updated as
+its bucket's reduction lands, and training ends with exactly the parameters of the barrier version
+(DDP with geryon's comm hook), whatever the optimizer's groups, schedule, clipping and checkpoints."""
+
+import pytest
+import torch
+
+from geryon.errors import ConfigError
+from geryon.launch.config import parse_launch_args
+from geryon.runtime.ddp_overlap import plan_buckets
+from geryon.runtime.env import RankEnv
+from launch_support import REPO, launcher_exit_abort, run_launcher
+
+SCRIPT = REPO / "tests" / "ps_optimizer_script.py"
+RESNET = REPO / "examples" / "train_resnet.py"
+# tiny: BatchNorm, AdamW with two groups, warm-up then cosine, clipping by the global norm
+RESNET_ARGS = ["--steps", "6", "--width", "4", "--train-size", "128", "--test-size", "20", "--warmup", "2",
+               "--batch-size", "8", "--clip", "0.5"]
+ALLREDUCE = ["--local", "--mode", "allreduce", "--workers", "2"]
+
+
+def _train(out, script, *args, overlap: str) -> dict:
+    result = run_launcher(*ALLREDUCE, "--overlap", overlap, script, *args, "--out", out, timeout=240)
+    if not launcher_exit_abort(result):   # PyTorch's exit-time abort after worker 0 saved: the file counts
+        assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-3000:])
+    return torch.load(out, weights_only=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, args", [
+    (SCRIPT, ["--case", "checkpoint"]),
+    (RESNET, RESNET_ARGS),
+], ids=["adam-amsgrad-checkpoint-reload", "resnet-example"])
+def test_overlap_is_bit_equal_to_the_barrier(tmp_path, script, args):
+    """The same updates from the same averaged gradients, only as each bucket lands: Adam's state
+    saved, trained on, reloaded (optimizer.state_dict() is torch's own); the ResNet example's groups,
+    schedule, clipping and BatchNorm buffers."""
+    barrier = _train(tmp_path / "barrier.pt", script, *args, overlap="barrier")
+    overlapped = _train(tmp_path / "overlap.pt", script, *args, overlap="next-forward")
+    assert overlapped.keys() == barrier.keys()
+    for key in barrier:
+        assert torch.equal(overlapped[key], barrier[key]), key
+    assert any(not torch.equal(v, torch.zeros_like(v)) for v in barrier.values())
+
+
+@pytest.mark.slow
+def test_an_optimizer_needing_whole_tensors_is_refused(tmp_path):
+    """LAMB scales each tensor's update by its norm: it cannot run per parameter as reductions land."""
+    result = run_launcher(*ALLREDUCE, "--overlap", "next-forward", SCRIPT, "--case", "lamb",
+                          "--out", tmp_path / "x.pt", timeout=240)
+    assert result.returncode != 0
+    assert "--overlap next-forward" in result.stderr and "Use --overlap barrier" in result.stderr
+
+
+def test_buckets_follow_backward_order_and_never_mix_classes():
+    params = [torch.zeros(n) for n in (4, 4, 4, 4, 4)]
+    priorities = [(0, 0), (0, 1), (1, 2), (1, 3), (1, 4)]
+    # 16 bytes a tensor, 32 a bucket: cut by size, and at the class change between tensors 2 and 1
+    assert plan_buckets(params, priorities, cap_bytes=32) == [[4, 3], [2], [1, 0]]
+    assert plan_buckets(params, priorities, cap_bytes=1e9) == [[4, 3, 2], [1, 0]]
+    assert plan_buckets([torch.zeros(2), torch.zeros(2, dtype=torch.float64)], [(0, 0), (0, 1)], 1e9) == [[1], [0]]
+
+
+def test_the_flag_and_its_twin():
+    script = str(REPO / "examples" / "train_cnn.py")
+    assert parse_launch_args(["--local", script]).overlap == "barrier"
+    assert parse_launch_args(["--local", "--overlap", "next-forward", script]).overlap == "next-forward"
+    assert parse_launch_args(["--local", script], environ={"GERYON_OVERLAP": "next-forward"}).overlap == \
+        "next-forward"
+    with pytest.raises(ConfigError, match="--mode allreduce only"):
+        parse_launch_args(["--local", "--mode", "ps", "--overlap", "next-forward", script])
+    with pytest.raises(ConfigError, match="--overlap"):
+        parse_launch_args(["--local", "--overlap", "ahead", script])
+    with pytest.raises(ConfigError, match="GERYON_OVERLAP"):
+        RankEnv.from_environ({"GERYON_OVERLAP": "sometimes"})
