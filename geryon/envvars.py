@@ -33,6 +33,7 @@ PS_OPTIMIZER_MODES = ("auto", "server", "worker")  # PS_OPTIMIZER
 PS_PULL_MODES = ("auto", "end", "ahead")           # PS_PULL
 OVERLAP_MODES = ("barrier", "next-forward")        # OVERLAP, barrier the default
 PS_PLACEMENT = "GERYON_PS_PLACEMENT"
+PLAIN_DDP = "GERYON_PLAIN_DDP"         # allreduce mode without geryon's transport: DDP over gloo
 OVERLAP = "GERYON_OVERLAP"             # allreduce mode: barrier or next-forward (geryon.runtime.ddp_overlap)
 TLS = "GERYON_TLS"                   # --tls: TLS on the data flows, per-job credentials
 COLLECTIVES = "GERYON_COLLECTIVES"   # --collectives: what carries allreduce mode's buckets (geryon.collectives)
@@ -79,6 +80,7 @@ JOB_VARIABLES = {
     PS_PLACEMENT: "ps mode: bytes or count (how slices are dealt over the servers)",
     COLLECTIVES: "allreduce mode: geryon, nccl, nccl-ib:SL,... or gloo-classes (what carries the buckets)",
     OVERLAP: "allreduce mode: barrier or next-forward (when each parameter is updated)",
+    PLAIN_DDP: "1: allreduce mode without geryon's transport (the script's own DDP over gloo, as torchrun)",
     TLS_FILE: "--tls: a 0600 file with the job's TLS key and certificate (PEM)",
     TLS_CREDENTIALS: "--tls over SSH: the job's TLS key and certificate, base64 PEM (sent on stdin)",
 }

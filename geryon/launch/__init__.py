@@ -12,7 +12,7 @@ Usage
                             [--ps-optimizer auto|server|worker]
                             [--ps-pull auto|end|ahead] [--ps-placement bytes|count] [--tls]
                             [--collectives geryon|nccl|nccl-ib:SL,...|gloo-classes]
-                            [--overlap barrier|next-forward]
+                            [--overlap barrier|next-forward] [--plain-ddp]
                             SCRIPT [ARGS...]
 
 It feels like torchrun: the script is started once per worker, and sees the usual variables
@@ -77,7 +77,7 @@ Every flag has a twin, read when the flag is absent: GERYON_MODE, GERYON_WORKERS
 GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_EMULATE, GERYON_BW, GERYON_TOPOLOGY,
 GERYON_LOCAL, GERYON_HOSTFILE, GERYON_KNOWN_HOSTS, GERYON_TIMELINE, GERYON_TIMEOUT, GERYON_GRACE,
 GERYON_PS_OPTIMIZER, GERYON_PS_PULL, GERYON_PS_PLACEMENT, GERYON_TLS, GERYON_COLLECTIVES,
-GERYON_OVERLAP.
+GERYON_OVERLAP, GERYON_PLAIN_DDP.
 
 Ranks see RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (a TCPStore
 the launcher hosts; TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun), and GERYON_ROLE,
@@ -127,7 +127,9 @@ Transport and timeline
 geryon.runtime.api moves the job's gradients and parameters over geryon.transport: in allreduce mode a DDP
 comm hook (geryon.runtime.ddp_sync), or with --overlap next-forward (GERYON_OVERLAP) per-bucket reductions
 whose parameters are updated as each lands, the next forward waiting per layer for its own
-(geryon.runtime.ddp_overlap, docs/allreduce-overlap.md); in ps mode `python -m geryon.runtime.server` runs a
+(geryon.runtime.ddp_overlap, docs/allreduce-overlap.md), or with --plain-ddp nothing of geryon's: the
+script's DistributedDataParallel over gloo, as torchrun runs it (the baseline `geryon demo` compares
+with); in ps mode `python -m geryon.runtime.server` runs a
 ParameterServer and the workers' optimizer step pushes and pulls (geryon.runtime.ps_sync). Priority
 classes come from the model's urgency ranking on its first forward call (geryon.runtime.priorities).
 --timeline FILE: every rank writes FILE.<rank>.part.json at exit and the launcher merges the parts

@@ -33,7 +33,7 @@ ENV_TWINS = {
     "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
     "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
     "ps_pull": ev.PS_PULL, "ps_placement": ev.PS_PLACEMENT, "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
-    "collectives": ev.COLLECTIVES, "overlap": ev.OVERLAP,
+    "collectives": ev.COLLECTIVES, "overlap": ev.OVERLAP, "plain_ddp": ev.PLAIN_DDP,
 }
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -64,6 +64,7 @@ class LaunchConfig:
     ps_pull: str = "auto"                        # ps mode: when workers ask for the next parameters
     ps_placement: str = "bytes"                  # ps mode: slices over servers, byte-balanced or round-robin
     overlap: str = "barrier"                     # allreduce mode: update after every bucket, or per layer
+    plain_ddp: bool = False                      # allreduce mode: the script's DDP over gloo (a baseline)
     job_id: str = field(default_factory=lambda: "j" + secrets.token_hex(3)[:5])  # also the cluster name
     secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     tls: bool = False                            # TLS on the data flows (geryon.transport.tls)
@@ -141,6 +142,10 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                              "DDP's way; the default) or each parameter as soon as its bucket is, the "
                              "next forward waiting per layer for its own (next-forward; elementwise "
                              f"torch.optim classes; {ev.OVERLAP}; docs/allreduce-overlap.md)")
+    parser.add_argument("--plain-ddp", action="store_true", default=None,
+                        help="allreduce mode: leave the script's DistributedDataParallel as torchrun would "
+                             "(gloo, no priority flows), to compare geryon with what a DDP user runs "
+                             f"otherwise ({ev.PLAIN_DDP})")
     parser.add_argument("--tls", action="store_true", default=None,
                         help="encrypt the data flows with TLS; the launcher makes a key and certificate "
                              f"for the job and every rank verifies its peers' against it ({ev.TLS})")
@@ -166,6 +171,8 @@ def parse_launch_args(argv: list[str] | None = None, environ=None) -> LaunchConf
         args.local = _flag_from_env(env, "local")
     if args.tls is None:
         args.tls = _flag_from_env(env, "tls")
+    if args.plain_ddp is None:
+        args.plain_ddp = _flag_from_env(env, "plain_ddp")
     return config_from_args(args)
 
 
@@ -241,6 +248,13 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
                               f"does not exist")
     collectives = check_collectives(getattr(args, "collectives", None), mode, policy, classes,
                                     bool(getattr(args, "tls", False)))
+    if overlap != "barrier" and collectives != GERYON:
+        raise ConfigError(f"--overlap {overlap} runs on geryon's own ring allreduce: use it with the default "
+                          "--collectives geryon")
+    plain_ddp = bool(getattr(args, "plain_ddp", False))
+    if plain_ddp and (mode != "allreduce" or overlap != "barrier" or collectives != GERYON):
+        raise ConfigError("--plain-ddp runs the script's own DistributedDataParallel over gloo: it applies "
+                          "to --mode allreduce with the default --overlap barrier and --collectives geryon only")
     timeout = _seconds(args.timeout, "--timeout", allow_zero=False)
     grace = _seconds(args.grace, "--grace", allow_zero=True)
     return LaunchConfig(
@@ -249,7 +263,7 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         backend=backend, bw=bw,
         topology=topology, hosts=hosts, known_hosts=known_hosts, timeline=timeline, timeout=timeout,
         grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer, ps_pull=ps_pull,
-        ps_placement=ps_placement, overlap=overlap,
+        ps_placement=ps_placement, overlap=overlap, plain_ddp=plain_ddp,
         tls=bool(getattr(args, "tls", False)), collectives=collectives)
 
 

@@ -55,6 +55,7 @@ def job_environment(config: LaunchConfig, spec: RankSpec, master_addr: str, mast
         ev.PS_PLACEMENT: config.ps_placement,
         ev.COLLECTIVES: config.collectives,
         ev.OVERLAP: config.overlap,
+        ev.PLAIN_DDP: "1" if config.plain_ddp else "",
         "WORLD_SIZE": str(config.workers),
     }
     if config.max_classes:

@@ -67,6 +67,7 @@ class RankEnv:
     ps_placement: str = "bytes"             # ps mode: slices over servers (bytes | count)
     collectives: str = "geryon"             # allreduce mode: what carries the buckets (geryon.collectives)
     overlap: str = "barrier"                # allreduce mode: barrier | next-forward (geryon.runtime.ddp_overlap)
+    plain_ddp: bool = False                 # allreduce mode: the script's own DDP over gloo, no transport
     # inherited from the launcher's environment
     transport_timeout: float = ev.DEFAULT_TRANSPORT_TIMEOUT_S
     connect_timeout: float | None = None    # TransportConfig.connect_timeout (None: transport_timeout)
@@ -99,8 +100,9 @@ class RankEnv:
 
     @property
     def has_transport(self) -> bool:
-        """A job secret was given: geryon's transport can authenticate (else gloo does the work)."""
-        return bool(self.secret)
+        """A job secret was given and --plain-ddp was not: geryon's transport can authenticate and is
+        wanted (else gloo does the work)."""
+        return bool(self.secret) and not self.plain_ddp
 
     @classmethod
     def from_environ(cls, environ=None) -> "RankEnv":
@@ -129,6 +131,7 @@ class RankEnv:
             "ps_placement": env.get(ev.PS_PLACEMENT) or "bytes",
             "collectives": env.get(ev.COLLECTIVES) or "geryon",
             "overlap": env.get(ev.OVERLAP) or "barrier",
+            "plain_ddp": (env.get(ev.PLAIN_DDP) or "").strip().lower() in ("1", "true", "yes", "on"),
             "transport_timeout": _seconds(ev.TRANSPORT_TIMEOUT, env.get(ev.TRANSPORT_TIMEOUT) or "",
                                           ev.DEFAULT_TRANSPORT_TIMEOUT_S),
             "connect_timeout": _seconds(ev.CONNECT_TIMEOUT, env.get(ev.CONNECT_TIMEOUT) or "", None),
