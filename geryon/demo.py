@@ -21,7 +21,8 @@ batches, so their losses agree (to rounding: the sums' order differs); only the 
 Iteration time is the mean over iterations 2..N (the first includes setup). It needs root (network
 namespaces); the default three runs take ~2 minutes.
 
-Measured times: docs/transport.md. The priority check on its own is `geryon emulate check`.
+Measured: docs/results/demo-ddp_x86-2core_2026-12-04.md. The priority check on its own is
+`geryon emulate check`.
 """
 
 import json
