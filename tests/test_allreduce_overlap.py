@@ -73,3 +73,22 @@ def test_the_flag_and_its_twin():
         parse_launch_args(["--local", "--overlap", "ahead", script])
     with pytest.raises(ConfigError, match="GERYON_OVERLAP"):
         RankEnv.from_environ({"GERYON_OVERLAP": "sometimes"})
+
+
+def test_plain_ddp_leaves_the_script_to_gloo():
+    """--plain-ddp (the demo's baseline): the ranks see no transport to use, so distribute() gives the
+    script's own DDP over gloo, as under torchrun; it means nothing outside allreduce's barrier."""
+    from geryon.launch.environment import job_environment
+    from geryon.launch.placement import RankSpec
+
+    script = str(REPO / "examples" / "train_cnn.py")
+    config = parse_launch_args(["--local", "--plain-ddp", script])
+    assert config.plain_ddp and not parse_launch_args(["--local", script]).plain_ddp
+    assert parse_launch_args(["--local", script], environ={"GERYON_PLAIN_DDP": "1"}).plain_ddp
+    env = job_environment(config, RankSpec("worker", 0, 0, 0), "127.0.0.1", 1, 1)
+    rank = RankEnv.from_environ({**env, "RANK": "0", "WORLD_SIZE": "2"})
+    assert rank.secret and not rank.has_transport
+    assert RankEnv.from_environ({**env, "GERYON_PLAIN_DDP": "", "RANK": "0", "WORLD_SIZE": "2"}).has_transport
+    for flags in (["--mode", "ps"], ["--overlap", "next-forward"]):
+        with pytest.raises(ConfigError, match="--plain-ddp"):
+            parse_launch_args(["--local", "--plain-ddp", *flags, script])

@@ -15,7 +15,7 @@ iteration boundary is crossed:
   forward    every module has a forward pre-hook that waits for its own parameters only, so layer 1
              computes while the big late layers still travel.
 The update is the user's optimizer, exactly: an elementwise torch.optim class (the allow-list of
-geryon.transport.ps_optim) run per parameter with its group's settings at step() and the user's
+geryon.transport.server_optimizer) run per parameter with its group's settings at step() and the user's
 optimizer's own state (one `state` dict, so state_dict(), load_state_dict() and checkpoints are
 torch's). An optimizer that needs every gradient at once (LAMB, LARS, a subclass) is refused when
 distribute() runs, naming --overlap barrier. geryon.clip_grad_norm_(optimizer, max_norm) makes that
@@ -51,7 +51,7 @@ ACCEPTED_DDP_OPTIONS = ("bucket_cap_mb", "broadcast_buffers")
 
 def check_optimizer(optimizer, params):
     """The optimizer's OptimizerSpec when it can be run per parameter; ConfigError saying what to do."""
-    from geryon.transport.ps_optim import describe_optimizer
+    from geryon.transport.server_optimizer import describe_optimizer
 
     try:
         return describe_optimizer(optimizer, params)
@@ -263,7 +263,7 @@ class OverlappedAllreduce(SetUpOnFirstForward):
     def step(self) -> None:
         if self.worker is None:
             raise ConfigError("optimizer.step() before the model's first forward pass")
-        from geryon.transport.ps_optim import check_groups
+        from geryon.transport.server_optimizer import check_groups
 
         check_groups(self.optimizer.param_groups, self.spec)   # the classes' settings still fit
         settings = [{k: v for k, v in dict.items(group) if k != "params"} for group in self.optimizer.param_groups]
