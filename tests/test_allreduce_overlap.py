@@ -44,12 +44,17 @@ def test_overlap_is_bit_equal_to_the_barrier(tmp_path, script, args):
 
 
 @pytest.mark.slow
-def test_an_optimizer_needing_whole_tensors_is_refused(tmp_path):
-    """LAMB scales each tensor's update by its norm: it cannot run per parameter as reductions land."""
-    result = run_launcher(*ALLREDUCE, "--overlap", "next-forward", SCRIPT, "--case", "lamb",
-                          "--out", tmp_path / "x.pt", timeout=240)
+@pytest.mark.parametrize("script, args, message", [
+    (SCRIPT, ["--case", "lamb"], "needs an elementwise torch.optim class"),
+    (RESNET, [*RESNET_ARGS, "--grad-accum", "2"], "model.no_sync() (gradient accumulation) is not supported"),
+], ids=["lamb-needs-whole-tensors", "no-sync-accumulation"])
+def test_what_cannot_run_per_bucket_is_refused(tmp_path, script, args, message):
+    """LAMB scales each tensor's update by its norm, and accumulation keeps gradients local over several
+    backward passes: neither can be updated as each reduction lands; both say to use the barrier."""
+    result = run_launcher(*ALLREDUCE, "--overlap", "next-forward", script, *args, "--out", tmp_path / "x.pt",
+                          timeout=240)
     assert result.returncode != 0
-    assert "--overlap next-forward" in result.stderr and "Use --overlap barrier" in result.stderr
+    assert message in result.stderr and "--overlap barrier" in result.stderr
 
 
 def test_buckets_follow_backward_order_and_never_mix_classes():

@@ -187,6 +187,7 @@ class OverlappedAllreduce(SetUpOnFirstForward):
                 module.register_forward_pre_hook(self._waiter(module, name or "model", mine))
         for tensor, param in enumerate(self.params):
             param.register_post_accumulate_grad_hook(self._gradient_ready(tensor))
+        _install_stand_ins(self.model)
         atexit.register(self.close)
         return OverlapOptimizer(self.optimizer, self)
 
@@ -458,6 +459,28 @@ class OverlapOptimizer(PSOptimizer):
         """Clip at this step by the global norm of the averaged gradient (the step then waits for
         every reduction, since the norm needs them all). Returns None."""
         self._sync.request_clip(max_norm, norm_type)
+
+
+STAND_INS = {
+    "no_sync": "model.no_sync() (gradient accumulation) is not supported with --overlap next-forward: each "
+               "gradient is reduced as backward produces it; step after every backward, or use --overlap barrier",
+    "join": "model.join() (uneven inputs) is not supported with --overlap next-forward: every bucket waits "
+            "for every worker's gradients; give every worker the same number of batches, or use "
+            "--overlap barrier",
+}
+
+
+def _install_stand_ins(model) -> None:
+    """DDP's no_sync() and join(), which a DDP script calls, failing with what to do instead (only
+    where the model's class does not define them itself)."""
+    for name, message in STAND_INS.items():
+        if hasattr(model, name):
+            continue
+
+        def refuse(*_args, _message=message, **_kwargs):
+            raise ConfigError(f"{_message} (see docs/allreduce-overlap.md)")
+
+        object.__setattr__(model, name, refuse)
 
 
 def _replaced(optimizer, args, kwargs):
