@@ -110,6 +110,7 @@ class _Bucket:
         self.filled: set[int] = set()
         self.launched = False
         self.reduced = False
+        self.landed = threading.Event()   # the reduction ended (done or failed)
         self.stepped = False      # step() ran for this reduction; its update is due
         self.zero: bool | None = None   # zero_grad(set_to_none) asked while the update was due
         self.current = threading.Event()   # the parameters hold the last step's values
@@ -242,6 +243,7 @@ class OverlappedAllreduce(SetUpOnFirstForward):
             if len(bucket.filled) < len(bucket.tensors):
                 return
             bucket.launched, bucket.reduced = True, False
+            bucket.landed.clear()
             work = self.worker.allreduce_async([bucket.flat], [bucket.priority], op="avg")
             threading.Thread(target=self._land, args=(bucket, work), daemon=True,
                              name=f"gy-overlap-bucket-{bucket.index}").start()
@@ -252,10 +254,12 @@ class OverlappedAllreduce(SetUpOnFirstForward):
             work.wait()
         except BaseException as exc:  # noqa: BLE001 -- handed to whoever waits for these parameters
             bucket.error = exc
+            bucket.landed.set()
             bucket.current.set()
             return
         with self.lock:
             bucket.reduced = True
+            bucket.landed.set()
             due = bucket.stepped
         if due:
             self._update(bucket)
@@ -410,12 +414,9 @@ class OverlappedAllreduce(SetUpOnFirstForward):
 
 
 def _wait_reduced(bucket: _Bucket) -> None:
-    while True:
-        if bucket.reduced:
-            return
-        if bucket.error is not None:
-            raise ConfigError(f"the reduction of bucket {bucket.index} failed: {bucket.error!r}")
-        time.sleep(0.0005)
+    bucket.landed.wait()
+    if bucket.error is not None:
+        raise ConfigError(f"the reduction of bucket {bucket.index} failed: {bucket.error!r}")
 
 
 def _zero(params, set_to_none: bool) -> None:
