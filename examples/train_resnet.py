@@ -5,6 +5,8 @@
     torchrun --nproc-per-node 2 examples/train_resnet.py                     # plain torchrun
     python -m geryon.launch ... examples/train_resnet.py --checkpoint-dir ckpt --checkpoint-every 10
     python -m geryon.launch ... examples/train_resnet.py --resume ckpt/step-10.pt   # goes on from there
+    python -m geryon.launch --mode ps --max-restarts 3 --ps-checkpoint-every 10 --ps-checkpoint-dir ps-ckpt \
+        examples/train_resnet.py           # the servers checkpoint; a restart resumes from them
 
 What it has, as real scripts have it: a ResNet-style model (residual blocks, BatchNorm, convolutions
 without bias before a norm), AdamW with two parameter groups (weight decay on weights, none on biases
@@ -18,7 +20,9 @@ micro-batch, so the single-process run equal to W workers is `--grad-accum W` wi
 --batch-size: same images per step, same normalisation groups, same gradient. (BatchNorm's running
 statistics are the exception: DDP keeps worker 0's, a single process sees every micro-batch.)
 Step s always trains on the same images (the order is a function of the seed and s), so a resumed
-run sees exactly the batches of an uninterrupted one. `--out FILE` (rank 0) saves the final model
+run sees exactly the batches of an uninterrupted one: from `--resume FILE`'s step, or in ps mode
+from the servers' own checkpoint (`ctx.resumed_step`; the schedule is advanced to it, the model and
+the optimizer state come from the servers). `--out FILE` (rank 0) saves the final model
 state; `--log-json` prints one JSON object per step and one at the end.
 """
 
@@ -28,6 +32,7 @@ import json
 import math
 import os
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -184,7 +189,8 @@ def main(argv=None) -> None:
     test_images, test_labels = make_dataset(args.test_size, seed=args.seed + 1)
     torch.manual_seed(args.seed)
     model = ResNet(args.width)
-    checkpoint = torch.load(args.resume, weights_only=True) if args.resume else None
+    # a server checkpoint to resume from (ps mode) is this job's latest state: it wins over --resume
+    checkpoint = torch.load(args.resume, weights_only=True) if args.resume and not job.resumed_step else None
     if checkpoint is not None:  # before distribute(): every worker starts from the checkpoint
         model.load_state_dict(checkpoint["model"])
     optimizer = torch.optim.AdamW(parameter_groups(model, args.weight_decay), lr=args.lr)
@@ -195,6 +201,12 @@ def main(argv=None) -> None:
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
         first = checkpoint["step"]
+    elif job.resumed_step:   # ps mode: the servers resumed from their checkpoint of this step
+        first = job.resumed_step
+        with warnings.catch_warnings():   # the schedule of the steps done, before this start's first step()
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(first):
+                scheduler.step()
     accumulating = getattr(model, "no_sync", None) if job.distributed else None
 
     started = time.perf_counter()

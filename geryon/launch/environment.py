@@ -2,9 +2,9 @@
 
 Workers see what torchrun gives them (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, TORCHELASTIC_RESTART_COUNT, and TORCHELASTIC_USE_AGENT_STORE=True because the launcher
-hosts the TCPStore), so a plain `torch.distributed.init_process_group("gloo")` works. Servers get no RANK: they are not part
-of the workers' process group. Every rank gets the variables of geryon.envvars.JOB_VARIABLES, which
-geryon.runtime.env.RankEnv reads back.
+hosts the TCPStore), so a plain `torch.distributed.init_process_group("gloo")` works.
+Servers get no RANK: they are not part of the workers' process group. Every rank gets the variables
+of geryon.envvars.JOB_VARIABLES, which geryon.runtime.env.RankEnv reads back.
 """
 
 import sys

@@ -217,6 +217,10 @@ class ParameterServerSync(SetUpOnFirstForward):
         # everyone starts from the servers' values: worker 0's, or a server checkpoint's at resumed_step
         self.worker.iteration = job.resumed_step
         self.worker.pull(job.resumed_step)
+        if job.resumed_step:
+            from geryon.runtime.server_checkpoint import load_buffers
+
+            load_buffers(job.ps_checkpoint_dir, job.resumed_step, self.model)
         self.step_checkpoints = self._step_checkpoints()
         self.checkpoints = Checkpoints(self.optimizer, self.params, store, self.prefix, job.rank)
 
@@ -402,13 +406,14 @@ class ParameterServerSync(SetUpOnFirstForward):
             return None
         if self.spec.mean_only:
             raise ConfigError("--ps-checkpoint-every saves the optimizer the servers run, but the workers "
-                              f"step {type(self.optimizer).__name__} themselves: save the script's own checkpoint instead, "
-                              "or use an optimizer the servers can run (docs/ps-optimizers.md)")
+                              f"step {type(self.optimizer).__name__} themselves: save the script's own "
+                              "checkpoint instead, or use an optimizer the servers can run "
+                              "(docs/ps-optimizers.md)")
         if not job.is_main:
             return None
         from geryon.runtime.server_checkpoint import StepCheckpoints
 
-        return StepCheckpoints(job.ps_checkpoint_dir, job.ps_checkpoint_every, job.servers)
+        return StepCheckpoints(job.ps_checkpoint_dir, job.ps_checkpoint_every, job.servers, self.model)
 
     def _check_unchanged(self) -> None:
         """Gradients already sent must not have changed since (they would not reach the servers)."""

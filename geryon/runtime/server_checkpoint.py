@@ -8,14 +8,16 @@ pull version S and continue at step S (`ctx.resumed_step`), without the user's o
 Files in DIR (S zero-padded, so names sort by step):
   step-S.server-J-of-M.pt  server J's shards at version S: {(tensor, offset): (value, optimizer state)},
                            torch.save'd tensors and numbers, read with weights_only=True
-  step-S.done              JSON {"step": S, "servers": M}: every server of step S wrote its file
+  step-S.buffers.pt        the model's buffers (BatchNorm statistics: worker 0's, as every worker holds
+                           them in PS mode), written by worker 0; absent for a model without buffers
+  step-S.done              JSON {"step": S, "servers": M, "buffers": bool}: every file of step S is written
 Every file is written atomically: a temporary file in DIR, fsync, rename (then DIR is fsync'd).
 
 When: the workers' step counter is the version. After step() of every K-th step, worker 0 waits
 for its pull of version S (every shard on every server is then at S, and none can move on before
 worker 0 pushes its next gradient), asks every server to write its file (a STATE "checkpoint"
-request), and once all answered, writes the marker and removes older steps, keeping the last two
-consistent ones (a failure while step S is written still leaves the one before).
+request), and once all answered, writes the buffers and the marker and removes older steps, keeping
+the last two consistent ones (a failure while step S is written still leaves the one before).
 
 The consistency rule: a step S is consistent when its marker exists and all M of its server files
 do; each server refuses to write a file unless every shard it holds is at version S, so a
@@ -33,6 +35,7 @@ import tempfile
 from geryon.errors import ConfigError
 
 MARKER = "step-{step:09d}.done"
+BUFFERS_FILE = "step-{step:09d}.buffers.pt"
 SERVER_FILE = "step-{step:09d}.server-{index}-of-{count}.pt"
 KEEP = 2
 _MARKER_RE = re.compile(r"step-(\d+)\.done$")
@@ -143,11 +146,28 @@ def load(directory: str, step: int, values: list) -> tuple[list, list]:
 
 
 # -- worker 0's side ----------------------------------------------------------------------------------------
+def load_buffers(directory: str, step: int, model) -> None:
+    """Give `model` the buffers saved with consistent step `step` (nothing when it was saved without)."""
+    import torch
+
+    if not _marker(directory, step).get("buffers"):
+        return
+    path = os.path.join(directory, BUFFERS_FILE.format(step=step))
+    saved = torch.load(path, weights_only=True)
+    mine = dict(model.named_buffers())
+    if saved.keys() != mine.keys():
+        raise ConfigError(f"{path} holds the buffers of another model; point --ps-checkpoint-dir at this "
+                          "model's checkpoints or an empty directory")
+    with torch.no_grad():
+        for name, value in saved.items():
+            mine[name].copy_(value)
+
+
 class StepCheckpoints:
     """Worker 0 has the servers checkpoint every `every` steps into `directory`, then marks the step."""
 
-    def __init__(self, directory: str, every: int, servers: int):
-        self.directory, self.every, self.servers = directory, every, servers
+    def __init__(self, directory: str, every: int, servers: int, model):
+        self.directory, self.every, self.servers, self.model = directory, every, servers, model
 
     def after_step(self, worker) -> None:
         """After step() advanced `worker.iteration`: checkpoint when it is a multiple of `every`."""
@@ -156,7 +176,14 @@ class StepCheckpoints:
             return
         worker.wait_all()   # every shard everywhere is at `step` and stays there until this worker pushes
         worker.state_request("checkpoint", str(step))
-        marker = json.dumps({"step": step, "servers": self.servers}).encode()
+        buffers = {name: value.detach().clone() for name, value in self.model.named_buffers()}
+        if buffers:
+            import torch
+
+            data = io.BytesIO()
+            torch.save(buffers, data)
+            replace_bytes(os.path.join(self.directory, BUFFERS_FILE.format(step=step)), data.getvalue())
+        marker = json.dumps({"step": step, "servers": self.servers, "buffers": bool(buffers)}).encode()
         replace_bytes(os.path.join(self.directory, MARKER.format(step=step)), marker)
         self.prune()
 
