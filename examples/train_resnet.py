@@ -5,8 +5,10 @@
     torchrun --nproc-per-node 2 examples/train_resnet.py                     # plain torchrun
     python -m geryon.launch ... examples/train_resnet.py --checkpoint-dir ckpt --checkpoint-every 10
     python -m geryon.launch ... examples/train_resnet.py --resume ckpt/step-10.pt   # goes on from there
-    python -m geryon.launch --mode ps --max-restarts 3 --ps-checkpoint-every 10 --ps-checkpoint-dir ps-ckpt \
-        examples/train_resnet.py           # the servers checkpoint; a restart resumes from them
+    python -m geryon.launch --max-restarts 3 ... examples/train_resnet.py --checkpoint-dir ckpt
+        --checkpoint-every 10 --resume latest   # a restart goes on from the newest checkpoint
+    python -m geryon.launch --mode ps --max-restarts 3 --ps-checkpoint-every 10 --ps-checkpoint-dir ps-ckpt
+        examples/train_resnet.py                # the servers checkpoint; a restart resumes from them
 
 What it has, as real scripts have it: a ResNet-style model (residual blocks, BatchNorm, convolutions
 without bias before a norm), AdamW with two parameter groups (weight decay on weights, none on biases
@@ -157,13 +159,26 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     parser.add_argument("--checkpoint-dir", default=None, help="where rank 0 writes step-<s>.pt")
     parser.add_argument("--checkpoint-every", type=int, default=0, metavar="K", help="checkpoint every K steps")
-    parser.add_argument("--resume", default=None, metavar="FILE", help="go on from this checkpoint")
+    parser.add_argument("--resume", default=None, metavar="FILE|latest",
+                        help="go on from this checkpoint; latest: the newest in --checkpoint-dir, if any (a job "
+                             "restarted by --max-restarts goes on from its last checkpoint)")
     parser.add_argument("--out", default=None, metavar="FILE", help="rank 0 saves the final model state here")
     parser.add_argument("--log-json", action="store_true")
     args = parser.parse_args(argv)
     if args.checkpoint_every and not args.checkpoint_dir:
         parser.error("--checkpoint-every needs --checkpoint-dir")
+    if args.resume == "latest":
+        if not args.checkpoint_dir:
+            parser.error("--resume latest needs --checkpoint-dir")
+        args.resume = latest_checkpoint(args.checkpoint_dir)
     return args
+
+
+def latest_checkpoint(folder: str) -> str | None:
+    """The newest step-<s>.pt in `folder` (None when there is none yet: the job starts afresh)."""
+    steps = [int(name[5:-3]) for name in (os.listdir(folder) if os.path.isdir(folder) else ())
+             if name.startswith("step-") and name.endswith(".pt") and name[5:-3].isdigit()]
+    return os.path.join(folder, f"step-{max(steps)}.pt") if steps else None
 
 
 def batch_size(args, workers: int) -> int:

@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -193,3 +194,42 @@ def run_single_process(*args, timeout: float = 120) -> list[dict]:
     result = run_stoppable([PYTHON, str(EXAMPLE), *args], timeout)
     assert result.returncode == 0, result.stderr
     return json_records(result.stdout.splitlines())
+
+
+def run_launcher_killing(*args, victim: str, when: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run the launcher and SIGKILL rank `victim` (worker1, server0, ...) of the job's first start as soon
+    as a line of its output contains `when`; the run to its end, stdout and stderr as text."""
+    tag = uuid.uuid4().hex
+    process = subprocess.Popen(launcher_argv(*args), cwd=REPO, env=clean_env(LAUNCH_TEST_TAG=tag), text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    stopper = threading.Timer(timeout, os.killpg, (process.pid, signal.SIGKILL))
+    stopper.start()
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True)
+    reader.start()
+    lines, killed = [], False
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if not killed and when in line:
+                os.kill(rank_pid(tag, victim), signal.SIGKILL)
+                killed = True
+        process.wait()
+        reader.join()
+    finally:
+        stopper.cancel()
+    assert killed, f"no output line with {when!r}; stderr:\n{''.join(errors)[-3000:]}"
+    return subprocess.CompletedProcess(process.args, process.returncode, "".join(lines), "".join(errors))
+
+
+def rank_pid(tag: str, name: str) -> int:
+    """The process id of rank `name` in the first start of the launch run_launcher_killing tagged `tag`."""
+    wanted = {f"LAUNCH_TEST_TAG={tag}".encode(), f"GERYON_RANK_NAME={name}".encode(), b"GERYON_RESTART_COUNT=0"}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if wanted <= set(handle.read().split(b"\0")):
+                    return int(entry)
+        except OSError:
+            continue
+    raise AssertionError(f"rank {name} of launch {tag} not found")
