@@ -199,8 +199,7 @@ def run_single_process(*args, timeout: float = 120) -> list[dict]:
 def run_launcher_killing(*args, victim: str, when: str, timeout: float = 240) -> subprocess.CompletedProcess:
     """Run the launcher and SIGKILL rank `victim` (worker1, server0, ...) of the job's first start as soon
     as a line of its output contains `when`; the run to its end, stdout and stderr as text."""
-    tag = uuid.uuid4().hex
-    process = subprocess.Popen(launcher_argv(*args), cwd=REPO, env=clean_env(LAUNCH_TEST_TAG=tag), text=True,
+    process = subprocess.Popen(launcher_argv(*args), cwd=REPO, env=clean_env(), text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     stopper = threading.Timer(timeout, os.killpg, (process.pid, signal.SIGKILL))
     stopper.start()
@@ -212,7 +211,7 @@ def run_launcher_killing(*args, victim: str, when: str, timeout: float = 240) ->
         for line in process.stdout:
             lines.append(line)
             if not killed and when in line:
-                os.kill(rank_pid(tag, victim), signal.SIGKILL)
+                os.kill(rank_pid(process.pid, victim), signal.SIGKILL)   # the only one yet: the first start's
                 killed = True
         process.wait()
         reader.join()
@@ -221,15 +220,3 @@ def run_launcher_killing(*args, victim: str, when: str, timeout: float = 240) ->
     assert killed, f"no output line with {when!r}; stderr:\n{''.join(errors)[-3000:]}"
     return subprocess.CompletedProcess(process.args, process.returncode, "".join(lines), "".join(errors))
 
-
-def rank_pid(tag: str, name: str) -> int:
-    """The process id of rank `name` in the first start of the launch run_launcher_killing tagged `tag`."""
-    wanted = {f"LAUNCH_TEST_TAG={tag}".encode(), f"GERYON_RANK_NAME={name}".encode(), b"GERYON_RESTART_COUNT=0"}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as handle:
-                if wanted <= set(handle.read().split(b"\0")):
-                    return int(entry)
-        except OSError:
-            continue
-    raise AssertionError(f"rank {name} of launch {tag} not found")

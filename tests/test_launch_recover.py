@@ -34,7 +34,7 @@ def test_killed_rank_restarts_from_server_checkpoint(tmp_path, uninterrupted, ki
     result = run_launcher(*PS, "--max-restarts", 1, "--ps-checkpoint-every", 2, "--ps-checkpoint-dir",
                           tmp_path / "ckpt", SCRIPT, "--kill", kill, "--kill-at", at, "--out", out, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"{kill}" in result.stderr and "was killed by SIGKILL; restarting the job (1 of 1 restarts)" in \
+    assert f"{kill}" in result.stderr and "was killed by SIGKILL; restarting the job (restart 1 of 1)" in \
         result.stderr
     # the restart resumed from a consistent step written before the kill (a step being written when
     # the worker died may be missing), not from the start

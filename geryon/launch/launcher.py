@@ -42,15 +42,19 @@ def run(config: LaunchConfig, out=None, err=None) -> JobResult:
             if result.ok or result.exit_code in (EXIT_INTERRUPTED, EXIT_TIMEOUT):
                 break
             if restart < config.max_restarts:
-                print(f"{PROG}: {result.message}; restarting the job ({restart + 1} of "
-                      f"{config.max_restarts} restarts)", file=sys.stderr, flush=True)
+                print(f"{PROG}: {result.message}; restarting the job (restart {restart + 1} of "
+                      f"{config.max_restarts})", file=sys.stderr, flush=True)
         if config.max_restarts and not result.ok and result.exit_code not in (EXIT_INTERRUPTED, EXIT_TIMEOUT):
-            result.message += f"; gave up after {config.max_restarts} restarts"
+            result.message += f"; gave up after {_restarts(config.max_restarts)}"
         result.elapsed_s = time.monotonic() - started
         return result
     finally:
         if config.timeline:
             merge_timeline(config.timeline, err)
+
+
+def _restarts(count: int) -> str:
+    return f"{count} restart{'s' * (count != 1)}"
 
 
 def _attempt(config: LaunchConfig, restart: int, elapsed: float) -> LaunchConfig:
