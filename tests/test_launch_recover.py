@@ -12,7 +12,8 @@ import torch
 from geryon.errors import ConfigError
 from geryon.launch.config import parse_launch_args
 from geryon.runtime import server_checkpoint as sc
-from launch_support import PYTHON, REPO, run_launcher, run_stoppable
+from launch_support import EXAMPLE, EXAMPLE_ARGS, PYTHON, REPO, json_records, loss_curve, rank_lines, run_launcher, \
+    run_stoppable
 
 SCRIPT = REPO / "tests" / "recover_script.py"
 PS = ["--local", "--mode", "ps", "--workers", "2", "--servers", "1", "--grace", "1"]
@@ -96,3 +97,20 @@ def test_prune_keeps_the_last_two_consistent_steps(tmp_path):
 def test_recovery_flags_checked_before_start(flags, message):
     with pytest.raises(ConfigError, match=message):
         parse_launch_args(["--local", *flags, sys.executable], environ={})
+
+
+@pytest.mark.slow
+def test_example_started_on_a_checkpoint_dir_goes_on_from_its_step(tmp_path, single_curve):
+    """examples/train_cnn.py in ps mode: a job started on a directory holding a consistent step S (here
+    from a first job of 10 iterations) resumes at S, skips the batches of 0..S-1 and follows the
+    single-process curve from there."""
+    flags = [*PS, "--ps-checkpoint-every", 5, "--ps-checkpoint-dir", tmp_path, EXAMPLE, *EXAMPLE_ARGS]
+    first = run_launcher(*flags, "--iterations", 10, timeout=120)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert sc.consistent_steps(str(tmp_path)) == [5, 10]
+    second = run_launcher(*flags, timeout=120)
+    assert second.returncode == 0, second.stderr[-3000:]
+    records = json_records(rank_lines(second.stdout, "worker0"))
+    assert [r["iteration"] for r in records if "iteration" in r] == list(range(10, 20))
+    assert records[-1]["resumed_from"] == 10
+    assert loss_curve(records) == pytest.approx(single_curve[10:], rel=1e-4, abs=1e-5)
