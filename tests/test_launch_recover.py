@@ -81,6 +81,7 @@ def test_prune_keeps_the_last_two_consistent_steps(tmp_path):
     for step in (2, 4, 6):
         _write_step(tmp_path, step, 1)
     _write_step(tmp_path, 3, 1, marked=False)
+    (tmp_path / ".step-000000002.server-0-of-1.pt.x1y2.tmp").write_bytes(b"")   # a write cut short
     sc.StepCheckpoints(str(tmp_path), 2, 1, None).prune()
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "step-000000004.done", "step-000000004.server-0-of-1.pt",

@@ -39,7 +39,7 @@ BUFFERS_FILE = "step-{step:09d}.buffers.pt"
 SERVER_FILE = "step-{step:09d}.server-{index}-of-{count}.pt"
 KEEP = 2
 _MARKER_RE = re.compile(r"step-(\d+)\.done$")
-_STEP_RE = re.compile(r"step-(\d+)\.")
+_STEP_RE = re.compile(r"\.?step-(\d+)\.")   # a step's files, and temporary files of a write cut short
 
 
 def replace_bytes(path: str, data: bytes) -> None:
@@ -107,7 +107,7 @@ def write_server_file(server, directory: str, step: int) -> None:
     import torch
 
     versions = sorted({state.version for state in server.shards.values()})
-    if versions != [step]:
+    if versions not in ([], [step]):   # [] : a server the plan gave no shard
         raise ConfigError(f"server {server.index}: asked for a checkpoint of step {step}, but its shards are "
                           f"at versions {versions}")
     shards = {key: (state.param.clone(), state.state()) for key, state in server.shards.items()}
@@ -188,7 +188,7 @@ class StepCheckpoints:
         self.prune()
 
     def prune(self) -> None:
-        """Remove every file of a step older than the last KEEP consistent ones."""
+        """Remove every file of a step older than the last KEEP consistent ones (temporary ones too)."""
         kept = consistent_steps(self.directory)[-KEEP:]
         if len(kept) < KEEP:
             return
