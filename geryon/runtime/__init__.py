@@ -5,6 +5,7 @@
   ddp_sync     allreduce mode: DDP's buckets over geryon's ring allreduce
   ps_sync      ps mode, worker side: push gradients / pull parameters, per-layer waits
   server       ps mode, server side: `python -m geryon.runtime.server`
+  server_checkpoint  ps mode: the servers' checkpoints every K steps, and resuming from them
   priorities   which class each parameter gets, agreed by every rank
   search_sync  --priority search while training
   jobtransport the rank's TransportConfig, store and listen address, from its RankEnv
