@@ -175,11 +175,12 @@ After N restarts a job that still fails stops with the last failure's message an
 restarts", and its exit code. A timeout or an interrupt is never restarted; --timeout counts over all
 starts.
 A restart begins where the job's state was saved: in allreduce mode the script's own checkpoint (e.g.
-examples/train_resnet.py --checkpoint FILE --resume); in ps mode the servers' own checkpoints:
+examples/train_resnet.py --checkpoint-dir DIR --checkpoint-every K --resume latest); in ps mode the servers' own checkpoints:
 --ps-checkpoint-every K --ps-checkpoint-dir DIR (GERYON_PS_CHECKPOINT_EVERY, GERYON_PS_CHECKPOINT_DIR;
 ps mode, with the servers running the optimizer): after every K-th step each server writes its shards'
 values, optimizer state and version to DIR, atomically (a temporary file, fsync, rename), one file per
-server and step, and worker 0 then writes the step's marker. The workers' step count is the version.
+server and step, and worker 0 then writes the model's buffers (BatchNorm statistics) and the step's
+marker. The workers' step count is the version.
 Consistency rule: a step S is consistent when its marker and every server's file of S exist; a server
 writes its file only when every shard it holds is at version S, so every shard of a consistent step is
 at the same version S. DIR keeps the last two consistent steps. A job that starts (first start or
@@ -187,10 +188,10 @@ restart) with a consistent step in DIR resumes from the latest one: the servers 
 pull it and count on from it, and the script learns it from ctx.resumed_step (geryon.init()), to skip
 the data of steps 0..S-1 and to advance anything else that counts steps (an lr scheduler: call its
 step() S times) -- the optimizer's own state comes from the servers, not from a user checkpoint.
-An empty DIR starts afresh. DIR is read and written by the servers and worker 0, and must be the same
-directory for them (over SSH: a shared filesystem). Refused before start: --ps-checkpoint-every
+An empty DIR starts afresh. Every rank reads DIR at start, the servers and worker 0 write it: it must
+be the same directory for all of them (over SSH: a shared filesystem). Refused before start: --ps-checkpoint-every
 without --ps-checkpoint-dir (or the reverse), in allreduce mode, with --ps-optimizer worker (the
-optimizer state lives in the workers; with auto choosing it, worker 0 stops at the first forward),
+optimizer state lives in the workers; when auto chooses it, the workers stop at the first forward),
 and with --priority search.
 """
 
