@@ -175,8 +175,8 @@ After N restarts a job that still fails stops with the last failure's message an
 restarts", and its exit code. A timeout or an interrupt is never restarted; --timeout counts over all
 starts.
 A restart begins where the job's state was saved: in allreduce mode the script's own checkpoint (e.g.
-examples/train_resnet.py --checkpoint-dir DIR --checkpoint-every K --resume latest); in ps mode the servers' own checkpoints:
---ps-checkpoint-every K --ps-checkpoint-dir DIR (GERYON_PS_CHECKPOINT_EVERY, GERYON_PS_CHECKPOINT_DIR;
+examples/train_resnet.py --checkpoint-dir DIR --checkpoint-every K --resume latest); in ps mode the
+servers' own checkpoints: --ps-checkpoint-every K --ps-checkpoint-dir DIR (GERYON_PS_CHECKPOINT_EVERY, GERYON_PS_CHECKPOINT_DIR;
 ps mode, with the servers running the optimizer): after every K-th step each server writes its shards'
 values, optimizer state and version to DIR, atomically (a temporary file, fsync, rename), one file per
 server and step, and worker 0 then writes the model's buffers (BatchNorm statistics) and the step's
