@@ -176,11 +176,11 @@ restarts", and its exit code. A timeout or an interrupt is never restarted; --ti
 starts.
 A restart begins where the job's state was saved: in allreduce mode the script's own checkpoint (e.g.
 examples/train_resnet.py --checkpoint-dir DIR --checkpoint-every K --resume latest); in ps mode the
-servers' own checkpoints: --ps-checkpoint-every K --ps-checkpoint-dir DIR (GERYON_PS_CHECKPOINT_EVERY, GERYON_PS_CHECKPOINT_DIR;
-ps mode, with the servers running the optimizer): after every K-th step each server writes its shards'
-values, optimizer state and version to DIR, atomically (a temporary file, fsync, rename), one file per
-server and step, and worker 0 then writes the model's buffers (BatchNorm statistics) and the step's
-marker. The workers' step count is the version.
+servers' own checkpoints: --ps-checkpoint-every K --ps-checkpoint-dir DIR (GERYON_PS_CHECKPOINT_EVERY,
+GERYON_PS_CHECKPOINT_DIR; ps mode, with the servers running the optimizer): after every K-th step each
+server writes its shards' values, optimizer state and version to DIR, atomically (a temporary file,
+fsync, rename), one file per server and step, and worker 0 then writes the model's buffers (BatchNorm
+statistics) and the step's marker. The workers' step count is the version.
 Consistency rule: a step S is consistent when its marker and every server's file of S exist; a server
 writes its file only when every shard it holds is at version S, so every shard of a consistent step is
 at the same version S. DIR keeps the last two consistent steps. A job that starts (first start or
