@@ -9,6 +9,7 @@
         --checkpoint-every 10 --resume latest   # a restart goes on from the newest checkpoint
     python -m geryon.launch --mode ps --max-restarts 3 --ps-checkpoint-every 10 --ps-checkpoint-dir ps-ckpt
         examples/train_resnet.py                # the servers checkpoint; a restart resumes from them
+    python -m geryon.launch --local --nproc-per-node 4 examples/train_resnet.py --device cuda   # on GPUs
 
 What it has, as real scripts have it: a ResNet-style model (residual blocks, BatchNorm, convolutions
 without bias before a norm), AdamW with two parameter groups (weight decay on weights, none on biases
@@ -41,6 +42,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import geryon
+from geryon.errors import ConfigError
+from geryon.runtime.device import DEVICE_CHOICES, select_device
 
 CLASSES = 10
 
@@ -164,6 +167,8 @@ def parse_args(argv=None):
                              "restarted by --max-restarts goes on from its last checkpoint)")
     parser.add_argument("--out", default=None, metavar="FILE", help="rank 0 saves the final model state here")
     parser.add_argument("--log-json", action="store_true")
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
+                        help="where the model trains: auto (the rank's GPU when there is one), cpu, cuda")
     args = parser.parse_args(argv)
     if args.checkpoint_every and not args.checkpoint_dir:
         parser.error("--checkpoint-every needs --checkpoint-dir")
@@ -197,15 +202,21 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     job = geryon.init()
+    try:
+        device = select_device(args.device, job.local_rank)
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from None
     local = batch_size(args, job.world_size)
     step_batch = local * args.grad_accum * job.world_size
 
     images, labels = make_dataset(args.train_size, seed=args.seed)
     test_images, test_labels = make_dataset(args.test_size, seed=args.seed + 1)
+    images, labels, test_images, test_labels = (t.to(device) for t in (images, labels, test_images, test_labels))
     torch.manual_seed(args.seed)
-    model = ResNet(args.width)
+    model = ResNet(args.width).to(device)
     # a server checkpoint to resume from (ps mode) is this job's latest state: it wins over --resume
-    checkpoint = torch.load(args.resume, weights_only=True) if args.resume and not job.resumed_step else None
+    resume = args.resume if not job.resumed_step else None
+    checkpoint = torch.load(resume, weights_only=True, map_location=device) if resume else None
     if checkpoint is not None:  # before distribute(): every worker starts from the checkpoint
         model.load_state_dict(checkpoint["model"])
     optimizer = torch.optim.AdamW(parameter_groups(model, args.weight_decay), lr=args.lr)
@@ -226,7 +237,7 @@ def main(argv=None) -> None:
 
     started = time.perf_counter()
     for step in range(first, args.steps):
-        index = step_indices(step, args.train_size, step_batch, args.seed)
+        index = step_indices(step, args.train_size, step_batch, args.seed).to(device)
         optimizer.zero_grad()
         total = 0.0
         for micro in range(args.grad_accum):

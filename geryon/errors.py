@@ -91,3 +91,7 @@ class ApplyError(NetconfError):
 
 class RemoteError(NetconfError):
     """Connecting to, or running a command on, a managed host or switch failed."""
+
+
+class CollectivesUnavailable(ConfigError):
+    """A --collectives choice this PyTorch or NCCL cannot provide (no NCCL, no per-communicator traffic class)."""

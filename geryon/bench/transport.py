@@ -35,6 +35,10 @@ input, its sockets' backlog, receive and out-of-order queues; `softnet_drops` (g
 counts the machine's CPUs' input backlogs overflowing meanwhile (`geryon.bench.tcpstats`). A
 retransmission with none of them was most likely spurious: the sender's undos and detected reorderings
 (`full_undo`, `partial_undo`, `dsack_undo`, `loss_undo`, `sack_reorders`, `ts_reorders`) say so.
+    geryon bench allreduce --device cuda     CUDA tensors (staged through pinned host memory) against the same
+                                             data as CPU tensors and gloo with CUDA tensors, ranks as local
+                                             processes over loopback; the share of copy time hidden
+                                             (geryon.bench.loopback; `bench transport --device cuda`: 2 ranks)
     geryon bench priority --servers 2        high-priority burst under low-priority bulk, per policy
                                              (ratio_vs_unloaded)
 Every baseline is measured in the same run, on the same emulated hosts. Needs root.
@@ -300,6 +304,10 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
 
 def bench_transport(args) -> int:
     size = int(args.size_mb * 1e6)
+    if args.device == "cuda" or args.loopback:   # local processes over loopback: the 2-rank ring
+        from geryon.bench import loopback
+
+        return loopback.run(args, workers=[2], sizes=[size], repeat=args.iters)
     grids = _grids(args.ps)
     if (1, 1) in grids:
         _bench_two_hosts(args, size)
@@ -414,6 +422,10 @@ class _Measured:
 
 def bench_allreduce(args) -> int:
     sizes = [int(float(s)) for s in args.sizes.split(",")]
+    if args.device == "cuda" or args.loopback:   # local processes over loopback
+        from geryon.bench import loopback
+
+        return loopback.run(args, workers=_workers(args.workers), sizes=sizes, repeat=args.repeat)
     rate = parse_rate(args.bw)
     # --interleave: each system's roles run one timed collective per launch, the systems taking turns
     launches = [1] * args.repeat if args.interleave else [args.repeat]
@@ -534,6 +546,12 @@ def _shared(parser) -> None:
     parser.add_argument("--full-headers", action="store_true",
                         help="geryon's frames all with the 44-byte header, none with the 8-byte continuation "
                         "(TransportConfig.compact_headers off; for A/B runs)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="tensors on the CPU (default) or on CUDA GPUs; cuda runs the ranks as local "
+                        "processes over loopback, beside the same data as CPU tensors and gloo with CUDA "
+                        "tensors (geryon.bench.loopback)")
+    parser.add_argument("--loopback", action="store_true",
+                        help="local processes over loopback instead of the emulated cluster (no root needed)")
 
 
 def add_benches(bench) -> None:

@@ -11,6 +11,7 @@ Usage
                             [--timeline FILE] [--timeout S] [--grace S]
                             [--ps-optimizer auto|server|worker]
                             [--ps-pull auto|end|ahead] [--ps-placement bytes|count] [--tls]
+                            [--collectives geryon|nccl|nccl-ib:SL,...|gloo-classes]
                             [--max-restarts N]
                             [--ps-checkpoint-every K --ps-checkpoint-dir DIR]
                             SCRIPT [ARGS...]
@@ -46,6 +47,23 @@ TLS (--tls)
   job; over SSH the same on the rank's stdin). The job secret's handshake still runs inside. The store's
   values are signed, not encrypted. Details: docs/security.md.
 
+Collectives in allreduce mode (--collectives; details in docs/nccl.md)
+---------------------------------------------------------------------
+What carries the gradient buckets, each bucket in its priority class (the same hook, classes and
+--priority search for every choice). Named --collectives because the backends above are how processes
+are started, a different choice.
+  geryon        geryon's ring allreduce over its per-class TCP flows, marked with each class's DSCP
+                (the default).
+  nccl          one NCCL process group per class, each created with its own traffic class: the
+                class's DSCP << 2, the IP TOS byte on RoCE. Needs NCCL >= 2.26 and a PyTorch with
+                ProcessGroupNCCL.Options().config.traffic_class; a rank stops with an error naming
+                what is missing. NCCL_IB_TC / NCCL_IB_SL override every group's class inside NCCL:
+                each rank warns when it finds one.
+  nccl-ib:S,... the same on InfiniBand: one service level (0-15) per class, most urgent first.
+  gloo-classes  one gloo group per class; gloo cannot mark packets, so the classes get their own
+                connections and queues on the hosts but look alike to the network.
+  Refused with --mode ps, a --policy other than geryon, or --tls.
+
 Definitions
 -----------
   worker   a process running SCRIPT; workers are RANK 0..N-1 and WORLD_SIZE is N.
@@ -59,17 +77,18 @@ Environment
 Every flag has a twin, read when the flag is absent: GERYON_MODE, GERYON_WORKERS, GERYON_SERVERS,
 GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_EMULATE, GERYON_BW, GERYON_TOPOLOGY,
 GERYON_LOCAL, GERYON_HOSTFILE, GERYON_KNOWN_HOSTS, GERYON_TIMELINE, GERYON_TIMEOUT, GERYON_GRACE,
-GERYON_PS_OPTIMIZER, GERYON_PS_PULL, GERYON_PS_PLACEMENT, GERYON_TLS, GERYON_MAX_RESTARTS,
-GERYON_PS_CHECKPOINT_EVERY, GERYON_PS_CHECKPOINT_DIR.
+GERYON_PS_OPTIMIZER, GERYON_PS_PULL, GERYON_PS_PLACEMENT, GERYON_TLS, GERYON_COLLECTIVES,
+GERYON_MAX_RESTARTS, GERYON_PS_CHECKPOINT_EVERY, GERYON_PS_CHECKPOINT_DIR.
 
 Ranks see RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (a TCPStore
 the launcher hosts; TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun), and GERYON_ROLE,
 GERYON_RANK_NAME, GERYON_WORKER_RANK / GERYON_SERVER_RANK, GERYON_WORKERS, GERYON_SERVERS,
 GERYON_MODE, GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_JOB_ID, GERYON_JOB_SECRET (for
 the transport to authenticate its connections), GERYON_BACKEND, GERYON_HOST_IP, GERYON_IFACE,
-GERYON_TIMELINE, GERYON_STORE_PREFIX, GERYON_RESTART_COUNT and torchrun's TORCHELASTIC_RESTART_COUNT
-(0 at the first start, n after the n-th restart), GERYON_PS_CHECKPOINT_EVERY, GERYON_PS_CHECKPOINT_DIR,
-with --tls GERYON_TLS_FILE or GERYON_TLS_CREDENTIALS (see geryon.envvars.JOB_VARIABLES).
+GERYON_TIMELINE, GERYON_STORE_PREFIX, GERYON_COLLECTIVES, GERYON_RESTART_COUNT and torchrun's
+TORCHELASTIC_RESTART_COUNT (0 at the first start, n after the n-th restart), GERYON_PS_CHECKPOINT_EVERY,
+GERYON_PS_CHECKPOINT_DIR, with --tls GERYON_TLS_FILE or GERYON_TLS_CREDENTIALS (see
+geryon.envvars.JOB_VARIABLES).
 GERYON_TRANSPORT_TIMEOUT (inherited, not a flag): seconds without progress before the transport
 declares a peer dead (default 60).
 GERYON_CONNECT_TIMEOUT (inherited, not a flag): seconds a rank waits for its peers to come up when the

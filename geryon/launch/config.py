@@ -12,6 +12,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from geryon import envvars as ev
+from geryon.collectives import GERYON, check_class_count, parse_collectives
 from geryon.errors import ConfigError, PermissionNeeded
 from geryon.launch.hostfile import HostSpec, parse_hostfile
 from geryon.rates import parse_rate
@@ -33,6 +34,7 @@ ENV_TWINS = {
     "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
     "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
     "ps_pull": ev.PS_PULL, "ps_placement": ev.PS_PLACEMENT, "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
+    "collectives": ev.COLLECTIVES,
     "max_restarts": ev.MAX_RESTARTS, "ps_checkpoint_every": ev.PS_CHECKPOINT_EVERY,
     "ps_checkpoint_dir": ev.PS_CHECKPOINT_DIR,
 }
@@ -71,6 +73,7 @@ class LaunchConfig:
     secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     tls: bool = False                            # TLS on the data flows (geryon.transport.tls)
     tls_file: str | None = None                  # set by the launcher: the job's credentials (0600)
+    collectives: str = GERYON                    # allreduce mode: what carries the buckets (geryon.collectives)
     max_restarts: int = 0                        # restarts of the whole job after a rank or server failed
     restart_count: int = 0                       # set by the launcher: this start's number (0: the first)
     ps_checkpoint_every: int = 0                 # ps mode: the servers checkpoint every K steps (0: never)
@@ -145,6 +148,12 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
     parser.add_argument("--tls", action="store_true", default=None,
                         help="encrypt the data flows with TLS; the launcher makes a key and certificate "
                              f"for the job and every rank verifies its peers' against it ({ev.TLS})")
+    parser.add_argument("--collectives", default=twin("collectives"),
+                        metavar="geryon|nccl|nccl-ib:SL,...|gloo-classes",
+                        help="allreduce mode: what carries the gradient buckets: geryon's ring over its "
+                             "marked flows (default), one NCCL group per class with its own traffic class "
+                             "(RoCE: DSCP << 2; nccl-ib: one InfiniBand service level per class), or one "
+                             f"gloo group per class, unmarked (docs/nccl.md; {ev.COLLECTIVES})")
     parser.add_argument("--max-restarts", default=twin("max_restarts"), metavar="N",
                         help="when a rank or server fails, stop the job and start it again, up to N times "
                              f"(default 0; {ev.MAX_RESTARTS})")
@@ -240,6 +249,8 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         if not os.path.isdir(os.path.dirname(timeline)):
             raise ConfigError(f"--timeline {args.timeline!r}: folder {os.path.dirname(timeline)!r} "
                               f"does not exist")
+    collectives = check_collectives(getattr(args, "collectives", None), mode, policy, classes,
+                                    bool(getattr(args, "tls", False)))
     timeout = _seconds(args.timeout, "--timeout", allow_zero=False)
     max_restarts = _count(getattr(args, "max_restarts", None), "--max-restarts", minimum=0) or 0
     every, checkpoint_dir = _ps_checkpoints(args, mode, priority, ps_optimizer)
@@ -251,7 +262,8 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         topology=topology, hosts=hosts, known_hosts=known_hosts, timeline=timeline, timeout=timeout,
         grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer, ps_pull=ps_pull,
         ps_placement=ps_placement,
-        tls=bool(getattr(args, "tls", False)), max_restarts=max_restarts, ps_checkpoint_every=every,
+        tls=bool(getattr(args, "tls", False)), collectives=collectives, max_restarts=max_restarts,
+        ps_checkpoint_every=every,
         ps_checkpoint_dir=checkpoint_dir)
 
 
@@ -291,6 +303,25 @@ def _search_classes(priority: str, classes: str | None, max_classes: int) -> str
         raise ConfigError(f"--max-classes {max_classes} needs at least {max_classes} priority classes, but "
                           f"--classes {classes!r} has {count}; give more classes or a smaller --max-classes")
     return classes
+
+
+def check_collectives(text: str | None, mode: str, policy: str, classes: str | None, tls: bool) -> str:
+    """Validate --collectives against the other flags; its canonical text."""
+    chosen = parse_collectives(text)
+    if not chosen.process_groups:
+        return chosen.text()
+    if mode != "allreduce":
+        raise ConfigError(f"--collectives {chosen.text()} applies to --mode allreduce only; ps mode's pushes "
+                          "and pulls travel over geryon's transport")
+    if policy != ev.DEFAULT_POLICY:
+        raise ConfigError(f"--policy {policy} chooses how geryon's transport schedules its flows; with "
+                          f"--collectives {chosen.text()} the classes' process groups carry the buckets (drop "
+                          "--policy, or use --collectives geryon)")
+    if tls:
+        raise ConfigError("--tls encrypts geryon's own flows; NCCL and gloo groups are not encrypted (drop "
+                          "--tls, or use --collectives geryon)")
+    check_class_count(chosen, len(classes.split(",")) if classes else 2)
+    return chosen.text()
 
 
 def default_backend() -> str:

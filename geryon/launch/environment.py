@@ -54,6 +54,7 @@ def job_environment(config: LaunchConfig, spec: RankSpec, master_addr: str, mast
         ev.PS_OPTIMIZER: config.ps_optimizer,
         ev.PS_PULL: config.ps_pull,
         ev.PS_PLACEMENT: config.ps_placement,
+        ev.COLLECTIVES: config.collectives,
         ev.PS_CHECKPOINT_EVERY: str(config.ps_checkpoint_every),
         ev.PS_CHECKPOINT_DIR: config.ps_checkpoint_dir or "",
         ev.RESTART_COUNT: str(config.restart_count),

@@ -27,6 +27,14 @@ Profiles come from three places: a TOML file (standard library `tomllib`), the b
     weight = 100
     default = true                  # DSCPs no class lists land here (default: the last class)
 
+A class may say `lossless = true`: PFC on its priority and ECN marking, as RoCE traffic needs. A class
+that does not is lossy, and a target refuses to put it on a queue the platform keeps lossless by default
+(`TargetLimits.lossless_queues`, e.g. SONiC's 3 and 4), naming the queue.
+
+Network control (CONTROL_DSCPS: CS6 48 and CS7 56, the switches' routing protocols) is not a training
+class: no class may list those DSCPs, and every switch target keeps them on a protected queue of their
+own above every training class (`TargetLimits.control_queue`); a class there moves one queue down.
+
 `ack_priority = "off" | "top" | "own"` (default "off", so existing profiles render as before) gives TCP pure
 ACKs — TCP, flags exactly ACK among URG/ACK/PSH/RST/SYN/FIN, IPv4 total length < 128, the match of
 `geryon.netconf.plan.AckFilterOp` — the top class's queue ("top") or a strict queue of their own one above
@@ -53,9 +61,13 @@ NUM_DSCPS = 64
 MAX_QUEUE = 7
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 _PORT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,63}$")
-_CLASS_KEYS = {"name", "dscp", "queue", "scheduler", "weight", "default"}
+_CLASS_KEYS = {"name", "dscp", "queue", "scheduler", "weight", "default", "lossless"}
 _PROFILE_KEYS = {"name", "rate", "ports", "class", "description", "ack_priority"}
 ACK_OFF = "off"
+CONTROL_DSCPS = (48, 56)  # CS6, CS7: routing protocols and network control (RFC 4594), never a training class
+CONTROL_SHARE_PERCENT = 5  # the control queue's share where a target caps or guarantees it
+STRICT_GUARD_PERCENT = 100 - CONTROL_SHARE_PERCENT  # the shaper on a strict class where the vendor asks for one
+PLATFORM_LOSSLESS_QUEUES = (3, 4)  # SONiC's stock lossless TCs (qos_config.j2 LOSSLESS_TC); QFX fcoe/no-loss
 ACK_SHARE_PERCENT = round(ACK_SHARE * 100)  # "own": the ACK queue's cap where a target can shape a queue
 ACK_MAX_LEN = ACK_IPV4_MAX_LEN  # pure ACKs: IPv4 total length below this (see geryon.netconf.plan)
 # ack_match values of TargetLimits
@@ -72,6 +84,7 @@ class QosClass:
     queue: int
     scheduler: str = WEIGHTED
     weight: int | None = None
+    lossless: bool = False  # PFC on its priority and ECN (RoCE); lossy classes avoid the platform's lossless queues
 
     @property
     def strict(self) -> bool:
@@ -136,8 +149,12 @@ class TargetLimits:
 
     target: str
     max_strict: int = 8
-    reserved_queues: tuple[int, ...] = ()  # a class on one of these moves one queue down (7 -> 6)
-    reserved_why: str = ""
+    control_queue: int | None = None  # where CONTROL_DSCPS go, above every class; a class there moves one down
+    control_why: str = ""
+    lossless_queues: tuple[int, ...] = ()  # lossless (PFC) by the platform's defaults: no lossy class there
+    lossless_why: str = ""
+    lossless_fixed: bool = False  # a lossless class must sit on one of lossless_queues (buffers are the platform's)
+    lossless_refused: str = ""  # why this target cannot render a lossless class (empty: it can)
     percent_weights: bool = False  # weights become percentages that must sum to exactly 100
     needs_weighted_default: bool = False  # the default (catch-all) queue must be weighted
     ack_match: str | None = ACK_EXACT  # how close its pure-ACK match comes (ACK_EXACT, ACK_APPROX, None: none)
@@ -170,6 +187,10 @@ def validate_profile(profile: QosProfile) -> QosProfile:
         for dscp in cls.dscps:
             if not _is_int(dscp) or not 0 <= dscp < NUM_DSCPS:
                 raise QosProfileError(f"DSCP {dscp!r} of {where} is outside 0-63")
+            if dscp in CONTROL_DSCPS:
+                raise QosProfileError(f"DSCP {dscp} of {where} is network control (CS6 48 / CS7 56: routing "
+                                      "protocols), which every switch target keeps on its own protected queue: "
+                                      "mark training traffic with another DSCP")
             if dscp in owner:
                 raise QosProfileError(f"DSCP {dscp} is in both class {owner[dscp]!r} and class {cls.name!r}: "
                                       "each DSCP value may belong to one class only")
@@ -181,6 +202,8 @@ def validate_profile(profile: QosProfile) -> QosProfile:
                                   "give each class its own queue")
         queues[cls.queue] = cls.name
         _check_scheduler(cls, where)
+        if not isinstance(cls.lossless, bool):
+            raise QosProfileError(f"lossless of {where} must be true or false, got {cls.lossless!r}")
     _check_order(profile)
     if profile.default_class not in seen_names:
         raise QosProfileError(f"default class {profile.default_class!r} is not a class of profile "
@@ -268,7 +291,7 @@ def profile_from_dict(data: dict, default_name: str = "profile", source: str = "
         dscps = entry["dscp"]
         dscps = tuple(dscps) if isinstance(dscps, list) else (dscps,)
         classes.append(QosClass(entry["name"], dscps, entry["queue"], entry.get("scheduler", WEIGHTED),
-                                entry.get("weight")))
+                                entry.get("weight"), entry.get("lossless", False)))
         if entry.get("default"):
             if default is not None:
                 raise QosProfileError(f"{source}: classes {default!r} and {entry['name']!r} are both default")
@@ -290,10 +313,16 @@ def profile_from_dict(data: dict, default_name: str = "profile", source: str = "
                                        ack_priority=ack))
 
 
+# Up to 5 classes clear of PLATFORM_LOSSLESS_QUEUES; 6 and 7 leave queue 6 free for the top class, which
+# every switch target moves there from 7 (network control's); 8 fit only targets without a control queue.
+_SPREAD = {1: [0], 2: [7, 0], 3: [7, 5, 0], 4: [7, 5, 2, 0], 5: [7, 5, 2, 1, 0], 6: [7, 5, 4, 2, 1, 0],
+           7: [7, 5, 4, 3, 2, 1, 0]}
+
+
 def _queues_for(count: int) -> list[int]:
-    """Queues 7 .. 0 spread over `count` classes, highest class on queue 7."""
-    if count == 1:
-        return [0]
+    """Queues for `count` lossy classes, highest class on queue 7 (see _SPREAD)."""
+    if count in _SPREAD:
+        return _SPREAD[count]
     return [round(MAX_QUEUE * (count - 1 - i) / (count - 1)) for i in range(count)]
 
 
@@ -369,21 +398,38 @@ def check_target(profile: QosProfile, limits: TargetLimits) -> QosProfile:
     classes = list(profile.classes)
     used = {cls.queue for cls in classes}
     for index, cls in enumerate(classes):
-        if cls.queue in limits.reserved_queues:
+        if cls.queue == limits.control_queue:
             target_queue = cls.queue - 1
-            if target_queue in used or target_queue in limits.reserved_queues:
+            if target_queue in used:
                 raise TargetLimitError(
-                    f"{limits.target}: queue {cls.queue} is reserved ({limits.reserved_why}) and queue "
+                    f"{limits.target}: queue {cls.queue} is reserved ({limits.control_why}) and queue "
                     f"{target_queue} is taken: move class {cls.name!r} to a free queue below {cls.queue}")
             classes[index] = replace(cls, queue=target_queue)
             used = (used - {cls.queue}) | {target_queue}
-            notes.append(f"class {cls.name!r} moved from queue {cls.queue} to {target_queue}: "
-                         f"{limits.reserved_why}")
+            notes.append(f"class {cls.name!r} moved from queue {cls.queue} to {target_queue}: {limits.control_why}")
+    _check_lossless(profile.name, classes, limits)
     if limits.percent_weights:
         percentages([cls.weight for cls in profile.weighted], limits.target, profile.weighted)
     if profile.ack_priority != ACK_OFF and limits.ack_match == ACK_APPROX:
         notes.append(f"WARNING: pure-ACK match on {limits.target} is approximate: {limits.ack_why}")
     return replace(profile, classes=tuple(classes), notes=tuple(notes))
+
+
+def _check_lossless(name: str, classes: list[QosClass], limits: TargetLimits) -> None:
+    """A lossy class never lands on a queue the platform keeps lossless; a lossless one where the target can."""
+    for cls in classes:
+        if cls.lossless and limits.lossless_refused:
+            raise TargetLimitError(f"{limits.target} cannot carry lossless class {cls.name!r} of profile {name!r}: "
+                                   f"{limits.lossless_refused}")
+        if not cls.lossless and cls.queue in limits.lossless_queues:
+            raise TargetLimitError(
+                f"{limits.target}: class {cls.name!r} of profile {name!r} is lossy but queue {cls.queue} is lossless "
+                f"(PFC) by the platform's defaults ({limits.lossless_why}): move the class to another queue, or "
+                "set lossless = true if its traffic is RoCE that needs PFC")
+        if cls.lossless and limits.lossless_fixed and cls.queue not in limits.lossless_queues:
+            raise TargetLimitError(
+                f"{limits.target}: class {cls.name!r} of profile {name!r} is lossless, which this target gives only "
+                f"queue(s) {', '.join(map(str, limits.lossless_queues))} ({limits.lossless_why}): move it there")
 
 
 def _check_target_ack(profile: QosProfile, limits: TargetLimits) -> None:
@@ -400,10 +446,10 @@ def _check_target_ack(profile: QosProfile, limits: TargetLimits) -> None:
                 f"{limits.target} allows {limits.max_strict} strict queue(s); ack_priority 'own' adds a strict "
                 f"pure-ACK queue to the {len(profile.strict_classes)} strict class(es) of profile {profile.name!r}: "
                 "use ack_priority = 'top' (pure ACKs in the top class's queue)")
-        if queue in limits.reserved_queues:
+        if queue == limits.control_queue:
             raise TargetLimitError(
                 f"{limits.target}: ack_priority 'own' would put pure ACKs on queue {queue}, which is reserved "
-                f"({limits.reserved_why}): move the classes down so the top one is on queue {queue - 2} or lower, "
+                f"({limits.control_why}): move the classes down so the top one is on queue {queue - 2} or lower, "
                 "or use ack_priority = 'top'")
 
 

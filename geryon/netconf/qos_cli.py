@@ -98,6 +98,9 @@ def cmd_render(args) -> int:
         return 0
     for note in rendering.notes:
         print(f"# {note}", file=sys.stderr)
+    if rendering.data is not None:  # JSON output has no comments: the counter commands go with the notes
+        for command in rendering.verify:
+            print(f"# per-queue counters: {command}", file=sys.stderr)
     sys.stdout.write(rendering.text)
     return 0
 

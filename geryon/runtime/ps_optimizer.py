@@ -122,7 +122,8 @@ class PSOptimizer(torch.optim.Optimizer):
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        self._inner.zero_grad(set_to_none=set_to_none)
+        with self._sync.reads.unwaited():   # .grad only: the parameters may still be arriving
+            self._inner.zero_grad(set_to_none=set_to_none)
 
     def add_param_group(self, param_group) -> None:
         raise ConfigError("add_param_group() after geryon.distribute() is not supported in --mode ps: "
@@ -138,7 +139,7 @@ class PSOptimizer(torch.optim.Optimizer):
         self._sync.request_clip(float(max_norm), float(norm_type))
 
     def synchronize(self) -> None:
-        """Wait until every parameter holds the servers' latest version (e.g. before saving)."""
+        """Wait until every parameter holds the servers' latest version (geryon.wait_parameters)."""
         self._sync.wait_all()
 
     def state_dict(self):

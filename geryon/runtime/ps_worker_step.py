@@ -58,7 +58,7 @@ class WorkerStepSync(SetUpOnFirstForward):
     def attach(self):
         """Hook the model and its gradients; return the user's optimizer (it runs here)."""
         self.model.register_forward_pre_hook(self._first_forward, with_kwargs=True, prepend=True)
-        self.model.register_forward_pre_hook(lambda module, args: self.buffers.before_forward(), prepend=True)
+        self.model.register_forward_pre_hook(self.buffers.hook, prepend=True)
         for tensor, param in enumerate(self.params):
             param.register_post_accumulate_grad_hook(self._gradient_ready(tensor))
         atexit.register(self.close)

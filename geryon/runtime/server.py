@@ -2,7 +2,9 @@
 
 The launcher starts M of these next to the workers (RankEnv role `server`, server_rank j) and
 stops them with SIGTERM once every worker has finished; a server that exits on its own while workers
-still run fails the job.
+still run fails the job. Under torchrun or Slurm the server ranks run the same role inside
+`geryon.init()` (geryon.runtime.engines) and return as soon as every worker has finished: there is no
+launcher to wait for, and the engine counts the job done when every process has exited.
 
 A server runs geryon.transport's `ParameterServer`:
   1. it waits (until SIGTERM) for worker 0 to publish the job's starting point in the store under
@@ -122,7 +124,8 @@ def serve(env: RankEnv) -> int:
         print(f"{name}: lost worker {worker}: {failure}", file=sys.stderr, flush=True)
     if not stopped.is_set() and not lost:
         print(f"{name}: every worker finished", flush=True)
-    stopped.wait()  # the launcher stops servers after the workers; exiting first would look like a failure
+    if env.launcher == "geryon":
+        stopped.wait()  # the launcher stops servers after the workers; exiting first would look like a failure
     return EXIT_WORKER_LOST if lost else 0
 
 
@@ -204,6 +207,11 @@ def main() -> int:
         print("geryon.runtime.server is started by `python -m geryon.launch --mode ps`, not by hand",
               file=sys.stderr)
         return 2
+    return run_role(env)
+
+
+def run_role(env: RankEnv) -> int:
+    """serve(env), its errors printed as one line: the process's exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
         return serve(env)
