@@ -12,6 +12,7 @@ import torch
 from geryon.errors import ConfigError
 from geryon.launch.config import parse_launch_args
 from geryon.runtime import server_checkpoint as sc
+from geryon.runtime.env import RankEnv
 from launch_support import EXAMPLE, EXAMPLE_ARGS, PYTHON, REPO, json_records, loss_curve, rank_lines, run_launcher, \
     run_stoppable
 
@@ -115,3 +116,13 @@ def test_example_started_on_a_checkpoint_dir_goes_on_from_its_step(tmp_path, sin
     assert [r["iteration"] for r in records if "iteration" in r] == list(range(10, 20))
     assert records[-1]["resumed_from"] == 10
     assert loss_curve(records) == pytest.approx(single_curve[10:], rel=1e-4, abs=1e-5)
+
+
+def test_a_rank_reads_its_restart_count_and_resumed_step(tmp_path):
+    _write_step(tmp_path, 4, 1)
+    job = {"GERYON_MODE": "ps", "GERYON_PS_CHECKPOINT_EVERY": "2", "GERYON_PS_CHECKPOINT_DIR": str(tmp_path),
+           "GERYON_RESTART_COUNT": "3", "TORCHELASTIC_RESTART_COUNT": "3"}
+    ctx = RankEnv.from_environ(job)
+    assert (ctx.restart_count, ctx.resumed_step) == (3, 4)
+    assert RankEnv.from_environ({"TORCHELASTIC_RESTART_COUNT": "2"}).restart_count == 2   # plain torchrun
+    assert RankEnv.from_environ({**job, "GERYON_MODE": "allreduce"}).resumed_step == 0

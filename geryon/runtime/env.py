@@ -69,7 +69,7 @@ class RankEnv:
     ps_pull: str = "auto"                   # ps mode: when the next parameters are asked for (auto | end | ahead)
     ps_placement: str = "bytes"             # ps mode: slices over servers (bytes | count)
     collectives: str = "geryon"             # allreduce mode: what carries the buckets (geryon.collectives)
-    restart_count: int = 0                  # how many times the launcher restarted the job
+    restart_count: int = 0                  # how many times the job was restarted (geryon.launch or torchrun)
     ps_checkpoint_every: int = 0            # ps mode: the servers checkpoint every K steps (0: never) ...
     ps_checkpoint_dir: str | None = None    # ... into this directory (geryon.runtime.server_checkpoint)
     resumed_step: int = 0                   # ps mode: the consistent step found there, where training resumes
@@ -134,7 +134,8 @@ class RankEnv:
             "ps_pull": env.get(ev.PS_PULL) or "auto",
             "ps_placement": env.get(ev.PS_PLACEMENT) or "bytes",
             "collectives": env.get(ev.COLLECTIVES) or "geryon",
-            "restart_count": _int(env, ev.RESTART_COUNT, 0),
+            # geryon.launch sets both; plain torchrun only its own
+            "restart_count": _int(env, ev.RESTART_COUNT, None) or _int(env, ev.TORCH_RESTART_COUNT, 0),
             "ps_checkpoint_every": _int(env, ev.PS_CHECKPOINT_EVERY, 0),
             "ps_checkpoint_dir": env.get(ev.PS_CHECKPOINT_DIR) or None,
             "transport_timeout": _seconds(ev.TRANSPORT_TIMEOUT, env.get(ev.TRANSPORT_TIMEOUT) or "",
