@@ -66,6 +66,10 @@ class RankEnv:
     ps_pull: str = "auto"                   # ps mode: when the next parameters are asked for (auto | end | ahead)
     ps_placement: str = "bytes"             # ps mode: slices over servers (bytes | count)
     collectives: str = "geryon"             # allreduce mode: what carries the buckets (geryon.collectives)
+    restart_count: int = 0                  # how many times the job was restarted (geryon.launch or torchrun)
+    ps_checkpoint_every: int = 0            # ps mode: the servers checkpoint every K steps (0: never) ...
+    ps_checkpoint_dir: str | None = None    # ... into this directory (geryon.runtime.server_checkpoint)
+    resumed_step: int = 0                   # ps mode: the consistent step found there, where training resumes
     # inherited from the launcher's environment
     transport_timeout: float = ev.DEFAULT_TRANSPORT_TIMEOUT_S
     connect_timeout: float | None = None    # TransportConfig.connect_timeout (None: transport_timeout)
@@ -127,6 +131,10 @@ class RankEnv:
             "ps_pull": env.get(ev.PS_PULL) or "auto",
             "ps_placement": env.get(ev.PS_PLACEMENT) or "bytes",
             "collectives": env.get(ev.COLLECTIVES) or "geryon",
+            # geryon.launch sets both; plain torchrun only its own
+            "restart_count": _int(env, ev.RESTART_COUNT, None) or _int(env, ev.TORCH_RESTART_COUNT, 0),
+            "ps_checkpoint_every": _int(env, ev.PS_CHECKPOINT_EVERY, 0),
+            "ps_checkpoint_dir": env.get(ev.PS_CHECKPOINT_DIR) or None,
             "transport_timeout": _seconds(ev.TRANSPORT_TIMEOUT, env.get(ev.TRANSPORT_TIMEOUT) or "",
                                           ev.DEFAULT_TRANSPORT_TIMEOUT_S),
             "connect_timeout": _seconds(ev.CONNECT_TIMEOUT, env.get(ev.CONNECT_TIMEOUT) or "", None),
@@ -146,6 +154,10 @@ class RankEnv:
             raise ConfigError(f"{ev.PS_PULL}={job['ps_pull']!r}: use {', '.join(ev.PS_PULL_MODES)}")
         if job["ps_placement"] not in PLACEMENTS:
             raise ConfigError(f"{ev.PS_PLACEMENT}={job['ps_placement']!r}: use {', '.join(PLACEMENTS)}")
+        if job["ps_checkpoint_every"] and job["ps_checkpoint_dir"] and job["mode"] == "ps":
+            from geryon.runtime.server_checkpoint import resume_step
+
+            job["resumed_step"] = resume_step(job["ps_checkpoint_dir"])
         if "RANK" in env and "WORLD_SIZE" in env:
             world = _int(env, "WORLD_SIZE")
             if job["role"]:   # a worker geryon.launch started
