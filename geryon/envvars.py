@@ -34,6 +34,8 @@ PS_PULL_MODES = ("auto", "end", "ahead")           # PS_PULL
 PS_PLACEMENT = "GERYON_PS_PLACEMENT"
 TLS = "GERYON_TLS"                   # --tls: TLS on the data flows, per-job credentials
 COLLECTIVES = "GERYON_COLLECTIVES"   # --collectives: what carries allreduce mode's buckets (geryon.collectives)
+TENANTS = "GERYON_TENANTS"           # --tenants: the tenants file of the fabric the job shares
+TENANT = "GERYON_TENANT"             # --tenant: this job's name in it (its classes on the fabric's DSCPs)
 
 # -- what the launcher gives every rank (besides torch's RANK, WORLD_SIZE, MASTER_ADDR, ...) -----------
 ROLE = "GERYON_ROLE"

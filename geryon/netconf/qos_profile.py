@@ -7,7 +7,9 @@ target's native configuration; `TargetLimits` says what a target can take, and `
 profile that asks for more, with a message saying what to change.
 
 Profiles come from three places: a TOML file (standard library `tomllib`), the built-ins `two-class` and
-`four-class`, or the `--classes` spec the rest of geryon uses (`high:46,low:0`). The TOML form:
+`four-class`, or the `--classes` spec the rest of geryon uses (`high:46,low:0`). A TOML file with
+[[tenant]] tables describes the jobs sharing a fabric and becomes fabric classes (`geryon.netconf.tenants`).
+The TOML form:
 
     name = "geryon-2"
     rate = "100gbit"                # optional; Linux HTB shapes at it, switches ignore it
@@ -265,6 +267,10 @@ def load_profile(path: "str | Path") -> QosProfile:
         raise QosProfileError(f"cannot read profile {path}: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise QosProfileError(f"profile {path} is not valid TOML: {exc}") from exc
+    from geryon.netconf import tenants  # a tenants file ([[tenant]] tables) compiles to fabric classes
+
+    if tenants.is_tenants_file(data):
+        return tenants.tenant_profile(tenants.tenants_from_dict(data, default_name=path.stem, source=str(path)))
     return profile_from_dict(data, default_name=path.stem, source=str(path))
 
 
