@@ -9,7 +9,8 @@ import pytest
 from qos_golden import TENANTS_PROFILE, tenants_golden_path, tenants_rendering
 from geryon.errors import ConfigError, QosProfileError
 from geryon.launch.config import parse_launch_args
-from geryon.netconf.profile import CONTROL_DSCPS, PLATFORM_LOSSLESS_QUEUES, load_profile
+from geryon.netconf.profile import (CONTROL_DSCPS, PLATFORM_LOSSLESS_QUEUES, QosClass, QosProfile, load_profile,
+                                    validate_profile)
 from geryon.netconf.render import TARGETS, render
 from geryon.netconf.tenants import (BACKGROUND_DSCP, Tenant, Tenants, load_tenants, tenant_class_spec,
                                     tenant_profile)
@@ -75,11 +76,30 @@ def test_sonic_keeps_control_on_queue7_and_lossless_queues_free():
     json.dumps(data)
 
 
-def test_linux_background_has_its_own_htb_class_with_its_weights_quantum():
-    text = tenants_rendering("linux").text
+def test_linux_guarantees_background_its_share_under_the_strict_class():
+    text = tenants_rendering("linux").text  # 10 gbit (no rate in the file), background_percent 10
     assert "match ip dsfield 0x20 0xfc flowid 1:13" in text  # DSCP 8 -> background, the fourth class
     assert "match ip dsfield 0xb8 0xfc flowid 1:10" in text  # EF -> the strict level
-    assert "classid 1:13" in text and "quantum 1514" in text  # background shares by its weight
+    assert "classid 1:13 htb rate 1gbit ceil 10gbit prio 1" in text  # its floor: HTB serves it first
+    assert "classid 1:10 htb rate 8910mbit ceil 10gbit prio 0" in text  # the floors come out of the top's
+
+
+def test_switches_say_the_floor_is_a_weight_there():
+    notes = tenants_rendering("sonic").notes
+    assert any("min_share 10% is not guaranteed on sonic" in note for note in notes)
+    assert not any("min_share" in note for note in tenants_rendering("linux").notes)
+
+
+@pytest.mark.parametrize("cls, message", [
+    (QosClass("a", (46,), 7, "strict", min_share=5), "strict and has a min_share"),
+    (QosClass("a", (46,), 7, "weighted", 10, min_share=60), "from 1 to 50"),
+])
+def test_min_share_only_on_weighted_classes_and_bounded(cls, message):
+    with pytest.raises(QosProfileError, match=message):
+        validate_profile(QosProfile("p", (cls, QosClass("b", (0,), 0, "weighted", 10)), "b"))
+    with pytest.raises(QosProfileError, match="add up to 60%"):
+        validate_profile(QosProfile("p", (QosClass("a", (46,), 7, "weighted", 10, min_share=30),
+                                          QosClass("b", (0,), 0, "weighted", 10, min_share=30)), "b"))
 
 
 def test_tenants_file_is_a_profile_for_every_command():

@@ -18,9 +18,10 @@ per distinct weight, heaviest first. The top level is strict; lower levels are w
 shares in proportion to their jobs' weights, so a target with one strict queue (NX-OS, Junos) renders
 them too. Jobs of equal weight share a level.
 
-The background class keeps at least `background_percent` of the link among the weighted classes (its
-DWRR/HTB weight), so a bulk-heavy job cannot starve it; the strict urgent class is above it, which is why
-only a job's urgent tensors (a small part of its bytes) belong there.
+The background class keeps at least `background_percent` of the link (its `min_share`): Linux tc, and so
+the emulated cluster, guarantees it even under the strict urgent class; a switch gives it that share of
+what the strict class leaves (its DWRR weight), which is why only a job's urgent tensors (a small part of
+its bytes) belong in the strict class.
 
 A tenants file (TOML):
 
@@ -136,7 +137,8 @@ def tenant_profile(tenants: Tenants) -> QosProfile:
         classes.append(QosClass(urgent_name(index, len(levels)), (URGENT_DSCPS[index],), queues[index],
                                 WEIGHTED, share))
     classes.append(QosClass(BULK, (LOW_DSCP,), queues[-2], WEIGHTED, bulk))
-    classes.append(QosClass(BACKGROUND, (BACKGROUND_DSCP,), queues[-1], WEIGHTED, background))
+    classes.append(QosClass(BACKGROUND, (BACKGROUND_DSCP,), queues[-1], WEIGHTED, background,
+                            min_share=background))
     return validate_profile(QosProfile(tenants.name, tuple(classes), BULK, tenants.rate, tenants.ports))
 
 
