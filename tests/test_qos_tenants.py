@@ -9,7 +9,7 @@ import pytest
 from qos_golden import TENANTS_PROFILE, tenants_golden_path, tenants_rendering
 from geryon.errors import ConfigError, QosProfileError
 from geryon.launch.config import parse_launch_args
-from geryon.netconf.profile import (CONTROL_DSCPS, PLATFORM_LOSSLESS_QUEUES, QosClass, QosProfile, load_profile,
+from geryon.netconf.qos_profile import (CONTROL_DSCPS, PLATFORM_LOSSLESS_QUEUES, QosClass, QosProfile, load_profile,
                                     validate_profile)
 from geryon.netconf.render import TARGETS, render
 from geryon.netconf.tenants import (BACKGROUND_DSCP, Tenant, Tenants, load_tenants, tenant_class_spec,

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from geryon.netconf import apply_plan
 from geryon.netconf.plan import QueuePlan
-from geryon.netconf.profile import QosProfile
+from geryon.netconf.qos_profile import QosProfile
 from geryon.netconf.render.linux import build_plan
 
 

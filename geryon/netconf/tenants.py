@@ -47,7 +47,7 @@ from pathlib import Path
 
 from geryon.errors import QosProfileError, RateError
 from geryon.netconf.classes import HIGH_DSCP, LOW_DSCP, PriorityClass, format_classes
-from geryon.netconf.profile import STRICT, WEIGHTED, QosClass, QosProfile, validate_profile
+from geryon.netconf.qos_profile import STRICT, WEIGHTED, QosClass, QosProfile, validate_profile
 from geryon.rates import parse_rate
 
 BACKGROUND_DSCP = 8  # CS1, "low-priority data" (RFC 4594): checkpoint writers, data loaders, backups
