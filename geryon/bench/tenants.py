@@ -45,6 +45,7 @@ POLICIES = ("vanilla", "endhost", "fabric", "fabric+weights")
 MAX_JOBS = 3
 SINK_PORT = 5399
 BACKGROUND_SECONDS = 3600  # the sender runs until the segment ends; the sink's count is the measure
+CONNECT_TIMEOUT_S = 60.0
 # A job's transport per policy (replay_roles' TRANSPORT_OVERRIDES); "dscp" is set per job for fabric ones.
 POLICY_TRANSPORT = {"vanilla": {"policy": "vanilla"}, "endhost": {"policy": "endhost"},
                     "fabric": {"policy": "geryon"}, "fabric+weights": {"policy": "geryon"}}
@@ -150,7 +151,7 @@ class TenantsBench:
         started = time.monotonic()
         steps = _run_all(self.jobs, s.iterations)
         elapsed = time.monotonic() - started
-        goodput = self._background_stop(background, elapsed) if background else None
+        goodput = self._background_stop(background) if background else None
         for job in self.jobs:
             job.drain()
         jobs = []
@@ -173,17 +174,31 @@ class TenantsBench:
         sender = self.cluster.popen(self.background_host, traffic_argv(
             "bulk", self.cluster.host("h1").ip, "--port", str(SINK_PORT), "--duration", str(BACKGROUND_SECONDS),
             "--dscp", str(dscp)), stdout=-1, stderr=-1, text=True)
-        time.sleep(0.5)  # past slow start, as the jobs' iterations begin
-        return sink, sender
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while not self._background_connected():  # a Python start in a namespace takes seconds when loaded
+            if time.monotonic() > deadline or sender.poll() is not None:
+                sender.kill()
+                sink.kill()
+                raise ConfigError(f"the background flow did not connect within {CONNECT_TIMEOUT_S:g} s: "
+                                  f"{sender.communicate()[1].strip()[-300:]}")
+            time.sleep(0.1)
+        return sink, sender, time.monotonic()
 
-    def _background_stop(self, background, elapsed: float) -> float:
-        sink, sender = background
+    def _background_connected(self) -> bool:
+        listed = self.cluster.run("h1", ["ss", "-Htn", "state", "established", f"( sport = :{SINK_PORT} )"],
+                                  timeout=30, capture_output=True, text=True)
+        return bool(listed.stdout.strip())
+
+    def _background_stop(self, background) -> float:
+        """The background flow's goodput (bits/s) from its connection to now, as the sink counted it."""
+        sink, sender, connected = background
+        elapsed = time.monotonic() - connected
         sender.kill()
         sender.communicate()
         sink.send_signal(signal.SIGTERM)
         out, _ = sink.communicate(timeout=30)
         counts = json.loads(out.strip().splitlines()[-1])
-        return 8 * counts["bytes_total"] / (elapsed + 0.5)
+        return 8 * counts["bytes_total"] / elapsed
 
     def run(self) -> dict:
         s = self.s
