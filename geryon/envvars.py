@@ -37,6 +37,8 @@ COLLECTIVES = "GERYON_COLLECTIVES"   # --collectives: what carries allreduce mod
 MAX_RESTARTS = "GERYON_MAX_RESTARTS"             # --max-restarts: restarts of a failed job
 PS_CHECKPOINT_EVERY = "GERYON_PS_CHECKPOINT_EVERY"   # ps mode: the servers checkpoint every K steps ...
 PS_CHECKPOINT_DIR = "GERYON_PS_CHECKPOINT_DIR"       # ... into this directory (geryon.runtime.server_checkpoint)
+TENANTS = "GERYON_TENANTS"           # --tenants: the tenants file of the fabric the job shares
+TENANT = "GERYON_TENANT"             # --tenant: this job's name in it (its classes on the fabric's DSCPs)
 
 # -- what the launcher gives every rank (besides torch's RANK, WORLD_SIZE, MASTER_ADDR, ...) -----------
 ROLE = "GERYON_ROLE"

@@ -5,7 +5,7 @@ Usage
     python -m geryon.launch [--mode ps|allreduce] [--workers N | --nproc-per-node N] [--servers M]
                             [--policy vanilla|slicing|endhost|geryon]
                             [--priority coarse|search|threshold=T] [--classes SPEC]
-                            [--max-classes K]
+                            [--max-classes K] [--tenants FILE --tenant NAME]
                             [--emulate [--bw RATE] [--topology star|leafspine]] [--local]
                             [--hostfile FILE [--known-hosts FILE]]
                             [--timeline FILE] [--timeout S] [--grace S]
@@ -46,6 +46,12 @@ TLS (--tls)
   presents and checks its peers' against (GERYON_TLS_FILE, a 0600 file the launcher removes after the
   job; over SSH the same on the rank's stdin). The job secret's handshake still runs inside. The store's
   values are signed, not encrypted. Details: docs/security.md.
+
+Jobs sharing a fabric (--tenants FILE --tenant NAME; details in docs/tenants.md)
+---------------------------------------------------------------------------------
+A tenants file lists the jobs on one fabric (and optionally their weights); `geryon netconf` renders it
+as fabric classes for the switches. --tenant NAME puts this job's high class on its urgent level's DSCP
+and its low class on bulk's, in place of --classes.
 
 Collectives in allreduce mode (--collectives; details in docs/nccl.md)
 ---------------------------------------------------------------------

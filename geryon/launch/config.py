@@ -33,7 +33,7 @@ ENV_TWINS = {
     "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
     "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
     "ps_pull": ev.PS_PULL, "ps_placement": ev.PS_PLACEMENT, "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
-    "collectives": ev.COLLECTIVES,
+    "collectives": ev.COLLECTIVES, "tenants": ev.TENANTS, "tenant": ev.TENANT,
     "max_restarts": ev.MAX_RESTARTS, "ps_checkpoint_every": ev.PS_CHECKPOINT_EVERY,
     "ps_checkpoint_dir": ev.PS_CHECKPOINT_DIR,
 }
@@ -106,6 +106,11 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                         help=f"how parameters are split into classes (default coarse; {ev.PRIORITY})")
     parser.add_argument("--classes", default=twin("classes"), metavar="SPEC",
                         help=f"priority classes, e.g. 'high:46,low:0' or '3' ({ev.CLASSES})")
+    parser.add_argument("--tenants", default=twin("tenants"), metavar="FILE",
+                        help="the tenants file of a fabric shared with other jobs (docs/tenants.md); with "
+                             f"--tenant NAME the job's classes go on the fabric's DSCPs ({ev.TENANTS})")
+    parser.add_argument("--tenant", default=twin("tenant"), metavar="NAME",
+                        help=f"this job's name in the --tenants file ({ev.TENANT})")
     parser.add_argument("--max-classes", default=twin("max_classes"), metavar="K",
                         help="with --priority search: search K-1 thresholds over K classes (default 2; "
                              f"--classes defaults to K classes; {ev.MAX_CLASSES})")
@@ -185,6 +190,8 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     policy = _choice(args.policy or "geryon", POLICIES, "--policy")
     priority = check_priority(args.priority or "coarse")
     classes = check_classes(args.classes)
+    tenant_spec = check_tenant(getattr(args, "tenants", None), getattr(args, "tenant", None), classes)
+    classes = tenant_spec or classes
     max_classes = _count(getattr(args, "max_classes", None), "--max-classes", minimum=2)
     if max_classes is not None:
         classes = _search_classes(priority, classes, max_classes)
@@ -342,6 +349,20 @@ def check_priority(text: str) -> str:
         raise ConfigError(f"--priority {text!r}: the threshold must be a positive number up to 1 "
                           f"(the share of the urgency order in class 0), e.g. threshold=0.5")
     raise ConfigError(f"unknown --priority {text!r}; choose one of {', '.join(PRIORITY_SCHEMES)}")
+
+
+def check_tenant(path: str | None, name: str | None, classes: str | None) -> str | None:
+    """--tenants FILE --tenant NAME: the job's classes on the fabric's DSCPs, in 'name:dscp,...' form."""
+    if not path and not name:
+        return None
+    if not path or not name:
+        raise ConfigError("--tenants FILE and --tenant NAME go together: the file describes the fabric's jobs, "
+                          "the name says which one this is (docs/tenants.md)")
+    if classes is not None:
+        raise ConfigError(f"--tenant {name} sets the job's classes from {path}; drop --classes {classes!r}")
+    from geryon.netconf.tenants import load_tenants, tenant_class_spec  # lazy, as check_classes
+
+    return tenant_class_spec(load_tenants(path), name)
 
 
 def check_classes(spec: str | None) -> str | None:
