@@ -37,6 +37,11 @@ PLAIN_DDP = "GERYON_PLAIN_DDP"         # allreduce mode without geryon's transpo
 OVERLAP = "GERYON_OVERLAP"             # allreduce mode: barrier or next-forward (geryon.runtime.ddp_overlap)
 TLS = "GERYON_TLS"                   # --tls: TLS on the data flows, per-job credentials
 COLLECTIVES = "GERYON_COLLECTIVES"   # --collectives: what carries allreduce mode's buckets (geryon.collectives)
+MAX_RESTARTS = "GERYON_MAX_RESTARTS"             # --max-restarts: restarts of a failed job
+PS_CHECKPOINT_EVERY = "GERYON_PS_CHECKPOINT_EVERY"   # ps mode: the servers checkpoint every K steps ...
+PS_CHECKPOINT_DIR = "GERYON_PS_CHECKPOINT_DIR"       # ... into this directory (geryon.runtime.server_checkpoint)
+TENANTS = "GERYON_TENANTS"           # --tenants: the tenants file of the fabric the job shares
+TENANT = "GERYON_TENANT"             # --tenant: this job's name in it (its classes on the fabric's DSCPs)
 
 # -- what the launcher gives every rank (besides torch's RANK, WORLD_SIZE, MASTER_ADDR, ...) -----------
 ROLE = "GERYON_ROLE"
@@ -51,6 +56,8 @@ IFACE = "GERYON_IFACE"
 STORE_PREFIX = "GERYON_STORE_PREFIX"
 TLS_FILE = "GERYON_TLS_FILE"                 # --tls: the job's key + certificate, a 0600 file (local, emulate)
 TLS_CREDENTIALS = "GERYON_TLS_CREDENTIALS"   # --tls over SSH: the same, base64, read from the channel's stdin
+RESTART_COUNT = "GERYON_RESTART_COUNT"       # 0 at the first start, n after the n-th restart
+TORCH_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"   # torchrun's name for the same number
 
 # -- set by the job spec when another engine starts the ranks (torchrun, Slurm, Kubernetes; docs/engines.md)
 JOB_SECRET_FILE = "GERYON_JOB_SECRET_FILE"   # a file holding the job secret (a mounted Kubernetes Secret)
@@ -83,6 +90,9 @@ JOB_VARIABLES = {
     PLAIN_DDP: "1: allreduce mode without geryon's transport (the script's own DDP over gloo, as torchrun)",
     TLS_FILE: "--tls: a 0600 file with the job's TLS key and certificate (PEM)",
     TLS_CREDENTIALS: "--tls over SSH: the job's TLS key and certificate, base64 PEM (sent on stdin)",
+    RESTART_COUNT: "how many times the launcher restarted the job (0 at the first start)",
+    PS_CHECKPOINT_EVERY: "ps mode: the servers checkpoint every K steps (0: never)",
+    PS_CHECKPOINT_DIR: "ps mode: the directory of the servers' checkpoints (empty: none)",
 }
 
 # -- inherited by ranks from the launcher's environment (no flag) ---------------------------------------

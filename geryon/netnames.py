@@ -6,6 +6,7 @@ becomes a state file. Names are checked whole (`re.fullmatch`), so a `/`, `..` o
 never gets through.
 """
 
+import ctypes
 import os
 import re
 from pathlib import Path
@@ -15,6 +16,7 @@ from geryon.errors import ConfigError
 
 NETNS_DIR = "/run/netns"             # where `ip netns add` bind-mounts a named network namespace
 DEFAULT_STATE_BASE = "/run/geryon"   # tmpfs: cleared at boot, like the namespaces the state describes
+CLONE_NEWNET = 0x40000000            # setns(2): join a network namespace
 
 _NETNS = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 _IFNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,14}")
@@ -44,3 +46,16 @@ def check_ifname(name: str) -> str:
         raise ConfigError(f"bad interface name {name!r}: use up to 15 letters, digits, '_', '.', '@' "
                           "or '-' (see `ip link`)")
     return name
+
+
+def enter_netns(name: str) -> None:
+    """Move the calling thread (only: setns(2) acts on one thread) into network namespace `name`.
+
+    OSError when it cannot (FileNotFoundError: no such namespace; it is never created here)."""
+    fd = os.open(netns_path(name), os.O_RDONLY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno))
+    finally:
+        os.close(fd)

@@ -16,6 +16,8 @@ the same run.
         a real training script in PS mode, --ps-pull end vs ahead, same loss checked (geryon.bench.pull)
     geryon bench diff A.json B.json [--keys F,F,...] [--json]
         two records of one bench compared row by row: medians, B/A, Mann-Whitney p (geryon.bench.diff)
+    geryon bench tenants [--models vgg19,resnet50] [--workers 2] [--rate 200mbit] [--json]
+        replayed jobs and a background flow sharing one emulated fabric, per policy (geryon.bench.tenants)
 """
 
 import json
@@ -27,11 +29,12 @@ from geryon.errors import ConfigError
 
 
 def add_commands(commands, bench) -> None:
-    from geryon.bench import diff, paper_cli, pull
+    from geryon.bench import diff, paper_cli, pull, tenants
 
     paper_cli.add_commands(commands, bench)
     pull.add_command(bench)
     diff.add_command(bench)
+    tenants.add_command(bench)
     bench_threshold = bench.add_parser("threshold", help="threshold search vs exhaustive sweep")
     bench_threshold.add_argument("--model", default="vgg19", help="profile name (default vgg19)")
     bench_threshold.add_argument("--workers", type=int, default=1,

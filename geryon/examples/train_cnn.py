@@ -16,6 +16,9 @@ The printed loss is the mean over workers (the global batch's loss); `--log-json
 object per iteration for machines ({"iteration", "loss", "time_s"}) and one at the end
 ({"final": true, "accuracy", "images_per_s", ...}). `--device auto` (the default) trains on the
 rank's GPU when the process sees one (geryon.init() picks it by LOCAL_RANK), else on the CPU.
+Iteration i always trains on the i-th global batch, so a job that resumes from a server checkpoint
+(`--mode ps --max-restarts N --ps-checkpoint-every K --ps-checkpoint-dir DIR`) skips the batches of
+the `ctx.resumed_step` iterations already done and sees the batches of an uninterrupted run.
 """
 
 import argparse
@@ -147,8 +150,12 @@ def main(argv=None) -> None:
     model, optimizer = geryon.distribute(model, optimizer)
 
     batches = global_batches(args.train_size, global_batch, seed=args.seed)
+    for _ in range(job.resumed_step):   # resumed from a server checkpoint: these batches are trained
+        next(batches)
     started = time.perf_counter()
-    for iteration in range(args.iterations):
+    global_loss = float("nan")
+    done = max(0, args.iterations - job.resumed_step)
+    for iteration in range(job.resumed_step, args.iterations):
         index = next(batches)[mine].to(device)
         optimizer.zero_grad()
         loss = F.cross_entropy(model(images[index]), labels[index])
@@ -166,8 +173,8 @@ def main(argv=None) -> None:
         summary = {"final": True, "loss": global_loss, "accuracy": accuracy(model, test_images, test_labels),
                    "iterations": args.iterations, "workers": job.world_size, "mode": job.mode,
                    "batch_size": local, "global_batch_size": global_batch,
-                   "seconds": round(elapsed, 3), "images_per_s": round(args.iterations * global_batch
-                                                                       / elapsed, 1)}
+                   "seconds": round(elapsed, 3), "images_per_s": round(done * global_batch / elapsed, 1),
+                   "resumed_from": job.resumed_step}
         if args.log_json:
             print(json.dumps(summary), flush=True)
         else:

@@ -33,7 +33,9 @@ ENV_TWINS = {
     "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
     "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
     "ps_pull": ev.PS_PULL, "ps_placement": ev.PS_PLACEMENT, "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
-    "collectives": ev.COLLECTIVES, "overlap": ev.OVERLAP, "plain_ddp": ev.PLAIN_DDP,
+    "collectives": ev.COLLECTIVES, "tenants": ev.TENANTS, "tenant": ev.TENANT,
+    "max_restarts": ev.MAX_RESTARTS, "ps_checkpoint_every": ev.PS_CHECKPOINT_EVERY,
+    "ps_checkpoint_dir": ev.PS_CHECKPOINT_DIR, "overlap": ev.OVERLAP, "plain_ddp": ev.PLAIN_DDP,
 }
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -70,6 +72,10 @@ class LaunchConfig:
     tls: bool = False                            # TLS on the data flows (geryon.transport.tls)
     tls_file: str | None = None                  # set by the launcher: the job's credentials (0600)
     collectives: str = GERYON                    # allreduce mode: what carries the buckets (geryon.collectives)
+    max_restarts: int = 0                        # restarts of the whole job after a rank or server failed
+    restart_count: int = 0                       # set by the launcher: this start's number (0: the first)
+    ps_checkpoint_every: int = 0                 # ps mode: the servers checkpoint every K steps (0: never)
+    ps_checkpoint_dir: str | None = None         # ps mode: absolute path of the servers' checkpoints
 
     @property
     def ranks(self) -> int:
@@ -102,6 +108,11 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                         help=f"how parameters are split into classes (default coarse; {ev.PRIORITY})")
     parser.add_argument("--classes", default=twin("classes"), metavar="SPEC",
                         help=f"priority classes, e.g. 'high:46,low:0' or '3' ({ev.CLASSES})")
+    parser.add_argument("--tenants", default=twin("tenants"), metavar="FILE",
+                        help="the tenants file of a fabric shared with other jobs (docs/tenants.md); with "
+                             f"--tenant NAME the job's classes go on the fabric's DSCPs ({ev.TENANTS})")
+    parser.add_argument("--tenant", default=twin("tenant"), metavar="NAME",
+                        help=f"this job's name in the --tenants file ({ev.TENANT})")
     parser.add_argument("--max-classes", default=twin("max_classes"), metavar="K",
                         help="with --priority search: search K-1 thresholds over K classes (default 2; "
                              f"--classes defaults to K classes; {ev.MAX_CLASSES})")
@@ -155,6 +166,15 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                              "marked flows (default), one NCCL group per class with its own traffic class "
                              "(RoCE: DSCP << 2; nccl-ib: one InfiniBand service level per class), or one "
                              f"gloo group per class, unmarked (docs/nccl.md; {ev.COLLECTIVES})")
+    parser.add_argument("--max-restarts", default=twin("max_restarts"), metavar="N",
+                        help="when a rank or server fails, stop the job and start it again, up to N times "
+                             f"(default 0; {ev.MAX_RESTARTS})")
+    parser.add_argument("--ps-checkpoint-every", default=twin("ps_checkpoint_every"), metavar="K",
+                        help="ps mode: the servers write their shards, optimizer state and version every K "
+                             "steps to --ps-checkpoint-dir, and a (re)started job resumes from the last "
+                             f"consistent step there ({ev.PS_CHECKPOINT_EVERY})")
+    parser.add_argument("--ps-checkpoint-dir", default=twin("ps_checkpoint_dir"), metavar="DIR",
+                        help=f"ps mode: where the servers' checkpoints go ({ev.PS_CHECKPOINT_DIR})")
     parser.add_argument("script", metavar="SCRIPT", help="the training script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                         help="arguments for the script")
@@ -183,6 +203,8 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     policy = _choice(args.policy or "geryon", POLICIES, "--policy")
     priority = check_priority(args.priority or "coarse")
     classes = check_classes(args.classes)
+    tenant_spec = check_tenant(getattr(args, "tenants", None), getattr(args, "tenant", None), classes)
+    classes = tenant_spec or classes
     max_classes = _count(getattr(args, "max_classes", None), "--max-classes", minimum=2)
     if max_classes is not None:
         classes = _search_classes(priority, classes, max_classes)
@@ -256,6 +278,8 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         raise ConfigError("--plain-ddp runs the script's own DistributedDataParallel over gloo: it applies "
                           "to --mode allreduce with the default --overlap barrier and --collectives geryon only")
     timeout = _seconds(args.timeout, "--timeout", allow_zero=False)
+    max_restarts = _count(getattr(args, "max_restarts", None), "--max-restarts", minimum=0) or 0
+    every, checkpoint_dir = _ps_checkpoints(args, mode, priority, ps_optimizer)
     grace = _seconds(args.grace, "--grace", allow_zero=True)
     return LaunchConfig(
         script=script, script_args=tuple(args.script_args or ()), mode=mode, workers=workers,
@@ -264,7 +288,32 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         topology=topology, hosts=hosts, known_hosts=known_hosts, timeline=timeline, timeout=timeout,
         grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer, ps_pull=ps_pull,
         ps_placement=ps_placement, overlap=overlap, plain_ddp=plain_ddp,
-        tls=bool(getattr(args, "tls", False)), collectives=collectives)
+        tls=bool(getattr(args, "tls", False)), collectives=collectives, max_restarts=max_restarts,
+        ps_checkpoint_every=every,
+        ps_checkpoint_dir=checkpoint_dir)
+
+
+def _ps_checkpoints(args, mode: str, priority: str, ps_optimizer: str) -> tuple[int, str | None]:
+    """--ps-checkpoint-every K and --ps-checkpoint-dir DIR: both or neither, ps mode, servers stepping."""
+    every = _count(getattr(args, "ps_checkpoint_every", None), "--ps-checkpoint-every", minimum=1)
+    directory = getattr(args, "ps_checkpoint_dir", None) or None
+    if every is None and directory is None:
+        return 0, None
+    if every is None or directory is None:
+        raise ConfigError("--ps-checkpoint-every K and --ps-checkpoint-dir DIR go together: give both")
+    if mode != "ps":
+        raise ConfigError("--ps-checkpoint-every applies to --mode ps only; in allreduce mode there is no "
+                          "server state: resume from the script's own checkpoint")
+    if ps_optimizer == "worker":
+        raise ConfigError("--ps-checkpoint-every saves the optimizer the servers run; with --ps-optimizer "
+                          "worker the optimizer state lives in the workers: save the script's own checkpoint")
+    if priority == "search":
+        raise ConfigError("--ps-checkpoint-every with --priority search: a restart would search again from "
+                          "the start; choose a threshold (--priority threshold=T) for a job that checkpoints")
+    directory = os.path.abspath(os.path.expanduser(directory))
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ConfigError(f"--ps-checkpoint-dir {directory!r} is a file, not a directory")
+    return every, directory
 
 
 def _search_classes(priority: str, classes: str | None, max_classes: int) -> str:
@@ -325,6 +374,20 @@ def check_priority(text: str) -> str:
         raise ConfigError(f"--priority {text!r}: the threshold must be a positive number up to 1 "
                           f"(the share of the urgency order in class 0), e.g. threshold=0.5")
     raise ConfigError(f"unknown --priority {text!r}; choose one of {', '.join(PRIORITY_SCHEMES)}")
+
+
+def check_tenant(path: str | None, name: str | None, classes: str | None) -> str | None:
+    """--tenants FILE --tenant NAME: the job's classes on the fabric's DSCPs, in 'name:dscp,...' form."""
+    if not path and not name:
+        return None
+    if not path or not name:
+        raise ConfigError("--tenants FILE and --tenant NAME go together: the file describes the fabric's jobs, "
+                          "the name says which one this is (docs/tenants.md)")
+    if classes is not None:
+        raise ConfigError(f"--tenant {name} sets the job's classes from {path}; drop --classes {classes!r}")
+    from geryon.netconf.tenants import load_tenants, tenant_class_spec  # lazy, as check_classes
+
+    return tenant_class_spec(load_tenants(path), name)
 
 
 def check_classes(spec: str | None) -> str | None:

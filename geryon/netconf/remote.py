@@ -11,7 +11,6 @@ namespace, makes the TCP connection and hands the socket to paramiko. The socket
 it was made in, so nothing to such an endpoint ever leaves through this machine's own interfaces.
 """
 
-import ctypes
 import logging
 import os
 import re
@@ -20,9 +19,8 @@ import socket
 import threading
 from dataclasses import dataclass
 
-from geryon.childproc import NETNS_DIR
 from geryon.errors import ConfigError, HostKeyError, PermissionNeeded, RemoteError
-from geryon.netnames import check_netns_name
+from geryon.netnames import check_netns_name, enter_netns
 
 logging.getLogger("paramiko").setLevel(logging.WARNING)  # its INFO lines would drown the report
 
@@ -74,7 +72,6 @@ class RefuseUnknownHostKey:
             f"it, e.g. `ssh-keyscan -p PORT HOST >> {self.known_hosts}`")
 
 
-_CLONE_NEWNET = 0x40000000  # setns(2): join a network namespace
 
 
 def connect_in_netns(host: str, port: int, netns: str, timeout: float = CONNECT_TIMEOUT_S) -> socket.socket:
@@ -83,18 +80,12 @@ def connect_in_netns(host: str, port: int, netns: str, timeout: float = CONNECT_
     A helper thread joins the namespace (setns acts on the calling thread only) and connects; the socket
     keeps its namespace after the thread ends. PermissionNeeded without root, RemoteError when the
     namespace is missing or the connection fails."""
-    path = os.path.join(NETNS_DIR, check_netns_name(netns))
+    check_netns_name(netns)
     result: dict = {}
 
     def enter_and_connect():
         try:
-            fd = os.open(path, os.O_RDONLY)  # never O_CREAT: a missing namespace is an error, not made
-            try:
-                if ctypes.CDLL(None, use_errno=True).setns(fd, _CLONE_NEWNET) != 0:
-                    errno = ctypes.get_errno()
-                    raise OSError(errno, os.strerror(errno))
-            finally:
-                os.close(fd)
+            enter_netns(netns)   # never creates it: a missing namespace is an error
             result["sock"] = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
             result["error"] = exc

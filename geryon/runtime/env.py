@@ -68,6 +68,10 @@ class RankEnv:
     collectives: str = "geryon"             # allreduce mode: what carries the buckets (geryon.collectives)
     overlap: str = "barrier"                # allreduce mode: barrier | next-forward (geryon.runtime.ddp_overlap)
     plain_ddp: bool = False                 # allreduce mode: the script's own DDP over gloo, no transport
+    restart_count: int = 0                  # how many times the job was restarted (geryon.launch or torchrun)
+    ps_checkpoint_every: int = 0            # ps mode: the servers checkpoint every K steps (0: never) ...
+    ps_checkpoint_dir: str | None = None    # ... into this directory (geryon.runtime.server_checkpoint)
+    resumed_step: int = 0                   # ps mode: the consistent step found there, where training resumes
     # inherited from the launcher's environment
     transport_timeout: float = ev.DEFAULT_TRANSPORT_TIMEOUT_S
     connect_timeout: float | None = None    # TransportConfig.connect_timeout (None: transport_timeout)
@@ -132,6 +136,10 @@ class RankEnv:
             "collectives": env.get(ev.COLLECTIVES) or "geryon",
             "overlap": env.get(ev.OVERLAP) or "barrier",
             "plain_ddp": (env.get(ev.PLAIN_DDP) or "").strip().lower() in ("1", "true", "yes", "on"),
+            # geryon.launch sets both; plain torchrun only its own
+            "restart_count": _int(env, ev.RESTART_COUNT, None) or _int(env, ev.TORCH_RESTART_COUNT, 0),
+            "ps_checkpoint_every": _int(env, ev.PS_CHECKPOINT_EVERY, 0),
+            "ps_checkpoint_dir": env.get(ev.PS_CHECKPOINT_DIR) or None,
             "transport_timeout": _seconds(ev.TRANSPORT_TIMEOUT, env.get(ev.TRANSPORT_TIMEOUT) or "",
                                           ev.DEFAULT_TRANSPORT_TIMEOUT_S),
             "connect_timeout": _seconds(ev.CONNECT_TIMEOUT, env.get(ev.CONNECT_TIMEOUT) or "", None),
@@ -153,6 +161,10 @@ class RankEnv:
             raise ConfigError(f"{ev.PS_PLACEMENT}={job['ps_placement']!r}: use {', '.join(PLACEMENTS)}")
         if job["overlap"] not in ev.OVERLAP_MODES:
             raise ConfigError(f"{ev.OVERLAP}={job['overlap']!r}: use {', '.join(ev.OVERLAP_MODES)}")
+        if job["ps_checkpoint_every"] and job["ps_checkpoint_dir"] and job["mode"] == "ps":
+            from geryon.runtime.server_checkpoint import resume_step
+
+            job["resumed_step"] = resume_step(job["ps_checkpoint_dir"])
         if "RANK" in env and "WORLD_SIZE" in env:
             world = _int(env, "WORLD_SIZE")
             if job["role"]:   # a worker geryon.launch started

@@ -29,6 +29,9 @@ A server runs geryon.transport's `ParameterServer`:
   the averaged gradient under `ps/norm/<iteration>/<j>` and reads the others' (`NormExchange`).
   A worker's STATE request (optimizer.state_dict() / load_state_dict()) goes through the store too
   (geryon.runtime.ps_checkpoint.state_exchange).
+  --ps-checkpoint-every K: worker 0 asks every K steps for a checkpoint, which the server writes to
+  its --ps-checkpoint-dir; a server that starts with a consistent step S there takes its shards'
+  values, optimizer state and version S from it instead of the spec (geryon.runtime.server_checkpoint).
 """
 
 import functools
@@ -43,7 +46,7 @@ from geryon.errors import GeryonError
 from geryon.runtime import env as rank_env
 from geryon.runtime import jobtransport
 from geryon.runtime.env import RankEnv
-from geryon.runtime.ps_checkpoint import state_exchange
+from geryon.runtime import server_checkpoint
 from geryon.runtime.ps_sync import SPEC_KEY, SWITCH_KEY, decode_priorities, decode_spec, server_key
 from geryon.runtime.store_blobs import get_blob, put_blob
 from geryon.signals import event_set_by_signals
@@ -81,11 +84,17 @@ def serve(env: RankEnv) -> int:
     values, priorities, switch = spec["values"], spec["priorities"], 0
     optimizer = spec["optimizer"]
     restore = (spec.get("states"), 0) if spec.get("states") else None
+    if env.resumed_step:
+        values, states = server_checkpoint.load(env.ps_checkpoint_dir, env.resumed_step, values)
+        restore = (states, env.resumed_step)
+        print(f"{name}: resuming from the checkpoint of step {env.resumed_step} in {env.ps_checkpoint_dir}",
+              flush=True)
     while True:
         with ParameterServer(index, count, workers, values, config, (host, 0), priorities,
                              optimizer=optimizer, step_frames=True,
                              norm_exchange=NormExchange(store, prefix, index, count),
-                             state_exchange=functools.partial(state_exchange, store)) as server:
+                             state_exchange=functools.partial(server_checkpoint.exchange, store,
+                                                                  env.ps_checkpoint_dir)) as server:
             if restore is not None:
                 restore_state(server, *restore)
             store.set(prefix + server_key(index, switch), f"{host}:{server.port}")

@@ -130,7 +130,8 @@ class ParameterServer(PoolOwner):
     `step_frames`: wait for every worker's STEP frame of an iteration before applying it.
     `norm_exchange(iteration, partial) -> [partial of server 0, 1, ...]`: how servers share their
     part of the gradient norm when a worker asks for clipping (one server: not needed).
-    `state_exchange(server, op, key)`: runs a worker's STATE request ("save" or "load" under `key`).
+    `state_exchange(server, op, key)`: runs a worker's STATE request ("save" or "load" under `key`,
+    or "checkpoint" of step `key`).
     """
 
     def __init__(self, index: int, servers: int, workers: int, params, config: TransportConfig,
@@ -487,7 +488,7 @@ class ParameterServer(PoolOwner):
         try:
             request = json.loads(payload)
             op, key = request["op"], request["key"]
-            if op not in ("save", "load") or not isinstance(key, str):
+            if op not in ("save", "load", "checkpoint") or not isinstance(key, str):
                 raise ValueError(op)
         except (ValueError, KeyError, TypeError):
             raise ProtocolError(f"malformed STATE request from {flow.name}") from None
