@@ -7,8 +7,9 @@ iteration boundary is crossed:
   backward   each parameter's gradient is copied into its bucket as autograd produces it (a
              post-accumulate-grad hook); a full bucket is averaged with geryon's ring allreduce
              (`AllreduceGroup.allreduce_async`) on the flow of its class, buckets started in the
-             same order on every rank (the ring needs it), so the urgent first layers, whose
-             gradients come last, overtake the bulk still in flight;
+             same order on every rank (the ring needs it); the urgent first layers, whose
+             gradients come last, go on their class's own flow (--policy geryon), beside the bulk
+             still in flight rather than behind it;
   step()     returns at once: it records the groups' settings as they are now and updates the
              parameters of every bucket already reduced; each later bucket is updated by the
              thread that saw its reduction land;
