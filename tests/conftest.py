@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+import xdist_lock
 from geryon import envvars
 
 # The Ctrl-C tests send SIGINT to launchers they start. A test run started in the background by a
@@ -17,7 +18,31 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# Modules whose tests may run beside another one (tests/xdist_lock.py): every check in them is an exact
+# result (parameters against one process, a rendering, a parse), never a time, a rate, a share of a
+# port or a deadline tighter than a loaded machine keeps. Every other module runs alone.
+CONCURRENT_MODULES = frozenset("""
+    test_allreduce test_allreduce_overlap test_allreduce_prepared test_analyze test_api test_api_transport
+    test_bench_diff test_bench_paper test_bench_paper_math test_categorize_classes test_categorize_cli
+    test_categorize_urgency test_class_groups test_cluster_emulated test_ddp_compat test_device
+    test_docs_links test_engines_emulated test_engines_env test_engines_files test_example
+    test_gloo_buffers test_hostfile test_launch_config test_launch_emulate test_launch_local
+    test_launch_recover test_launch_search test_launch_ssh test_lint test_netconf_classes
+    test_netconf_plan test_netnames test_profile_parse test_ps_optimizers_launch test_ps_reads
+    test_qos_profile test_qos_render test_qos_safety test_qos_safety_sonic test_qos_tenants
+    test_reduce_gloo test_report_threshold test_search_methods test_server_optimizer test_sim
+    test_staging test_timeline test_train_resnet test_transport_ddp test_transport_emulated test_wheel
+    test_wire
+""".split())
+
+
 def pytest_collection_modifyitems(config, items):
+    concurrent = pytest.mark.concurrent
+    for item in items:
+        if item.module.__name__ in CONCURRENT_MODULES:
+            item.add_marker(concurrent)
+    # concurrent modules first, so that both workers start on tests that may share the machine
+    items.sort(key=lambda item: item.get_closest_marker("concurrent") is None)
     if any("cuda" in item.keywords for item in items) and not _cuda_available():
         no_gpu = pytest.mark.skip(reason="needs a CUDA GPU: torch.cuda.is_available() is false here "
                                          "(scripts/gpu-check.sh runs these on a GPU machine)")
@@ -30,6 +55,24 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "root" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Setup, call and teardown of a test under the run's lock (tests/xdist_lock.py): shared when its
+    module is marked `concurrent`, alone otherwise; outside pytest-timeout's timer, which starts inside."""
+    with xdist_lock.held(item.get_closest_marker("concurrent") is not None):
+        yield
+
+
+def pytest_configure(config):
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        xdist_lock.make_lock_dir()   # the controller of an xdist run, before it starts its workers
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        xdist_lock.remove_lock_dir()
 
 
 def _cuda_available() -> bool:
