@@ -30,6 +30,8 @@ PS_PULL = "GERYON_PS_PULL"
 PS_PLACEMENT = "GERYON_PS_PLACEMENT"
 TLS = "GERYON_TLS"                   # --tls: TLS on the data flows, per-job credentials
 COLLECTIVES = "GERYON_COLLECTIVES"   # --collectives: what carries allreduce mode's buckets (geryon.collectives)
+SYNC = "GERYON_SYNC"                 # --sync: full, partial[:P] or partial-static[:P] (geryon.syncmodes)
+STRAGGLER = "GERYON_STRAGGLER"       # --straggler RANK:FACTOR: one worker made FACTOR times slower
 
 # -- what the launcher gives every rank (besides torch's RANK, WORLD_SIZE, MASTER_ADDR, ...) -----------
 ROLE = "GERYON_ROLE"
@@ -67,6 +69,8 @@ JOB_VARIABLES = {
     PS_PULL: "ps mode: auto, end or ahead (when a worker asks for the next parameters)",
     PS_PLACEMENT: "ps mode: bytes or count (how slices are dealt over the servers)",
     COLLECTIVES: "allreduce mode: geryon, nccl, nccl-ib:SL,... or gloo-classes (what carries the buckets)",
+    SYNC: "allreduce mode: full, partial[:P] or partial-static[:P] (how workers average)",
+    STRAGGLER: "RANK:FACTOR: that worker sleeps (FACTOR - 1) x its compute after each step (empty: none)",
     TLS_FILE: "--tls: a 0600 file with the job's TLS key and certificate (PEM)",
     TLS_CREDENTIALS: "--tls over SSH: the job's TLS key and certificate, base64 PEM (sent on stdin)",
 }

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from geryon import envvars as ev
 from geryon.collectives import GERYON, check_class_count, parse_collectives
+from geryon.syncmodes import parse_straggler, parse_sync
 from geryon.errors import ConfigError, PermissionNeeded
 from geryon.launch.hostfile import HostSpec, parse_hostfile
 from geryon.rates import parse_rate
@@ -34,7 +35,7 @@ ENV_TWINS = {
     "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
     "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
     "ps_pull": ev.PS_PULL, "ps_placement": ev.PS_PLACEMENT, "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
-    "collectives": ev.COLLECTIVES,
+    "collectives": ev.COLLECTIVES, "sync": ev.SYNC, "straggler": ev.STRAGGLER,
 }
 PS_OPTIMIZER_MODES = ("auto", "server", "worker")
 PS_PULL_MODES = ("auto", "end", "ahead")
@@ -72,6 +73,8 @@ class LaunchConfig:
     tls: bool = False                            # TLS on the data flows (geryon.transport.tls)
     tls_file: str | None = None                  # set by the launcher: the job's credentials (0600)
     collectives: str = GERYON                    # allreduce mode: what carries the buckets (geryon.collectives)
+    sync: str = "full"                           # allreduce mode: full | partial[:P] | partial-static[:P]
+    straggler: str | None = None                 # "RANK:FACTOR": one worker made FACTOR times slower
 
     @property
     def ranks(self) -> int:
@@ -148,6 +151,14 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                              "marked flows (default), one NCCL group per class with its own traffic class "
                              "(RoCE: DSCP << 2; nccl-ib: one InfiniBand service level per class), or one "
                              f"gloo group per class, unmarked (docs/nccl.md; {ev.COLLECTIVES})")
+    parser.add_argument("--sync", default=twin("sync"), metavar="full|partial[:P]|partial-static[:P]",
+                        help="allreduce mode: every worker averages every gradient (full, the default), or "
+                             "groups of P workers (default 4) average their models after local steps, "
+                             "groups formed from the workers ready first (partial) or by a fixed schedule "
+                             f"(partial-static); Ripples' partial allreduce (docs/partial-allreduce.md; {ev.SYNC})")
+    parser.add_argument("--straggler", default=twin("straggler"), metavar="RANK:FACTOR",
+                        help="make worker RANK FACTOR times slower: after each step it sleeps FACTOR - 1 "
+                             f"times the compute it just did ({ev.STRAGGLER})")
     parser.add_argument("script", metavar="SCRIPT", help="the training script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                         help="arguments for the script")
@@ -236,6 +247,8 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
                               f"does not exist")
     collectives = check_collectives(getattr(args, "collectives", None), mode, policy, classes,
                                     bool(getattr(args, "tls", False)))
+    sync, straggler = check_sync(getattr(args, "sync", None), getattr(args, "straggler", None), mode,
+                                 collectives, workers)
     timeout = _seconds(args.timeout, "--timeout", allow_zero=False)
     grace = _seconds(args.grace, "--grace", allow_zero=True)
     return LaunchConfig(
@@ -245,7 +258,7 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         topology=topology, hosts=hosts, known_hosts=known_hosts, timeline=timeline, timeout=timeout,
         grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer, ps_pull=ps_pull,
         ps_placement=ps_placement,
-        tls=bool(getattr(args, "tls", False)), collectives=collectives)
+        tls=bool(getattr(args, "tls", False)), collectives=collectives, sync=sync, straggler=straggler)
 
 
 def _search_classes(priority: str, classes: str | None, max_classes: int) -> str:
@@ -261,6 +274,20 @@ def _search_classes(priority: str, classes: str | None, max_classes: int) -> str
         raise ConfigError(f"--max-classes {max_classes} needs at least {max_classes} priority classes, but "
                           f"--classes {classes!r} has {count}; give more classes or a smaller --max-classes")
     return classes
+
+
+def check_sync(sync_text: str | None, straggler_text: str | None, mode: str, collectives: str,
+               workers: int) -> tuple[str, str | None]:
+    """Validate --sync and --straggler against the other flags; their canonical texts."""
+    sync = parse_sync(sync_text)
+    if sync.partial and mode != "allreduce":
+        raise ConfigError(f"--sync {sync.text()} applies to --mode allreduce only; in ps mode the servers "
+                          "keep one model")
+    if sync.partial and collectives != GERYON:
+        raise ConfigError(f"--sync {sync.text()} averages models over geryon's flows; drop --collectives "
+                          f"{collectives}, or use --sync full")
+    straggler = parse_straggler(straggler_text, workers)
+    return sync.text(), straggler.text() if straggler else None
 
 
 def check_collectives(text: str | None, mode: str, policy: str, classes: str | None, tls: bool) -> str:

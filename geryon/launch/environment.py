@@ -54,6 +54,8 @@ def job_environment(config: LaunchConfig, spec: RankSpec, master_addr: str, mast
         ev.PS_PULL: config.ps_pull,
         ev.PS_PLACEMENT: config.ps_placement,
         ev.COLLECTIVES: config.collectives,
+        ev.SYNC: config.sync,
+        ev.STRAGGLER: config.straggler or "",
         "WORLD_SIZE": str(config.workers),
     }
     if config.max_classes:

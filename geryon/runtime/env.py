@@ -55,6 +55,8 @@ class RankEnv:
     ps_pull: str = "auto"                   # ps mode: when the next parameters are asked for (auto | end | ahead)
     ps_placement: str = "bytes"             # ps mode: slices over servers (bytes | count)
     collectives: str = "geryon"             # allreduce mode: what carries the buckets (geryon.collectives)
+    sync: str = "full"                      # allreduce mode: full, partial[:P], partial-static[:P] (geryon.syncmodes)
+    straggler: str | None = None            # RANK:FACTOR: one worker made slower (geryon.runtime.straggler)
     # inherited from the launcher's environment
     transport_timeout: float = ev.DEFAULT_TRANSPORT_TIMEOUT_S
     connect_timeout: float | None = None    # TransportConfig.connect_timeout (None: transport_timeout)
@@ -108,6 +110,8 @@ class RankEnv:
             "ps_pull": env.get(ev.PS_PULL) or "auto",
             "ps_placement": env.get(ev.PS_PLACEMENT) or "bytes",
             "collectives": env.get(ev.COLLECTIVES) or "geryon",
+            "sync": env.get(ev.SYNC) or "full",
+            "straggler": env.get(ev.STRAGGLER) or None,
             "transport_timeout": _seconds(ev.TRANSPORT_TIMEOUT, env.get(ev.TRANSPORT_TIMEOUT) or "",
                                           ev.DEFAULT_TRANSPORT_TIMEOUT_S),
             "connect_timeout": _seconds(ev.CONNECT_TIMEOUT, env.get(ev.CONNECT_TIMEOUT) or "", None),
