@@ -5,7 +5,7 @@ user's optimizer steps on the worker's own gradients, then (an optimizer step po
 averages its model (parameters and floating-point buffers, as one flat tensor) with the members of
 one group of about P workers (`--sync partial:P`, default geryon.syncmodes.DEFAULT_GROUP_SIZE), over geryon's flows
 (geryon.transport.group_reduce: the classes and DSCP of allreduce mode; the first half of the
-model's bytes, the layers the next forward needs first, in class 0, the rest in the last class).
+model's elements, the layers the next forward needs first, in class 0, the rest in class 1).
 This is Ripples' order: models are averaged after local steps, not gradients before them.
 
 Which group a worker joins comes from a group generator; a worker asks for its next group only
@@ -142,17 +142,18 @@ def model_tensors(model) -> list[torch.Tensor]:
 
 
 def class_bounds(tensors, classes: int) -> list[int]:
-    """[0, b, numel]: the tensors that make up the first half of the bytes in class 0, the rest in the
-    last class (a single class: [0, numel])."""
+    """Where each class's elements start, plus the end: the leading tensors that fit in the first
+    half of the elements (at least the first tensor) in class 0, the rest in class 1, no element in
+    the classes after it (a single class: [0, numel])."""
     total = sum(t.numel() for t in tensors)
     if classes < 2 or not tensors:
         return [0, total]
-    seen = 0
-    for tensor in tensors:
-        seen += tensor.numel()
-        if seen * 2 >= total:
+    first = tensors[0].numel()
+    for tensor in tensors[1:]:
+        if (first + tensor.numel()) * 2 > total:
             break
-    return [0, seen, total] + [total] * (classes - 2)
+        first += tensor.numel()
+    return [0, first] + [total] * (classes - 1)
 
 
 class PartialAllreduceSync:
