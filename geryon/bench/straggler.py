@@ -129,7 +129,8 @@ def run_from_args(args) -> int:
 def format_runs(runs: list[StragglerRun], args) -> str:
     lines = [f"{args.workers} workers at {args.bw}, loss target {args.target:g} (mean of {SMOOTHING} iterations), "
              f"load average at the end {os.getloadavg()[0]:.1f}",
-             f"{'slowdown':>8s}  {'way':15s} {'iterations':>10s} {'seconds':>8s} {'vs allreduce':>12s} {'final loss':>10s}"]
+             f"{'slowdown':>8s}  {'way':15s} {'iterations':>10s} {'seconds':>8s} {'vs allreduce':>12s} "
+             f"{'final loss':>10s}"]
     base = {r.slowdown: r.seconds for r in runs if r.way == "allreduce"}
     for run in runs:
         its = str(run.iterations) if run.iterations is not None else "-"

@@ -13,8 +13,9 @@ global batch of W x batch-size images. `--global-batch-size G` gives the global 
 worker takes G/W), so that W workers follow the same loss curve as one process with the same G.
 The printed loss is the mean over workers (the global batch's loss), except under --sync partial,
 where it is rank 0's own (averaging it would make every worker wait for the slowest at every
-iteration, the very wait partial allreduce removes); `--log-json` prints one JSON object per iteration for machines ({"iteration", "loss", "time_s"}) and one at the end
-({"final": true, "accuracy", "images_per_s", ...}).
+iteration, the very wait partial allreduce removes). `--log-json` prints one JSON object per
+iteration for machines ({"iteration", "loss", "time_s"}) and one at the end ({"final": true,
+"accuracy", "images_per_s", ...}).
 """
 
 import argparse
