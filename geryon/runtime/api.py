@@ -99,8 +99,11 @@ def distribute(model, optimizer, job: RankEnv | None = None, **ddp_options):
     if job.mode == "ps":
         options.refuse_wrapped_in_ps(model)
     timeline = rank_timeline(job.timeline, job.name)
-    _maybe_straggle(model, optimizer, job)
+    if job.mode != "ps":   # before partial allreduce's own step hook: a slow worker is late to its group
+        _maybe_straggle(model, optimizer, job)
     model, optimizer = _synchronised(model, optimizer, job, timeline, ddp_options)
+    if job.mode == "ps":   # the optimizer that steps may be the stand-in that pushes to the servers
+        _maybe_straggle(model, optimizer, job)
     if job.mode == "ps":
         options.install_ps_stand_ins(model)
     if timeline is not None:  # after the PS waits, so that a layer's span starts when it can compute
