@@ -15,7 +15,10 @@ import pytest
 import torch
 
 from geryon.errors import ConfigError, TransportError
-from geryon.launch.config import check_sync
+from geryon.launch.config import check_sync, parse_launch_args
+from geryon.launch.environment import job_environment
+from geryon.launch.placement import RankSpec
+from geryon.runtime.env import RankEnv
 from geryon.runtime.partial_sync import class_bounds, static_groups
 from geryon.syncmodes import parse_straggler, parse_sync
 from geryon.transport.config import TransportConfig
@@ -48,8 +51,13 @@ def test_flags_are_checked_before_anything_starts():
     for bad in ("8:2", "1:0.5", "one:2"):
         with pytest.raises(ConfigError, match="--straggler"):
             parse_straggler(bad, workers=8)
+    config = parse_launch_args(["--local", "--workers", "8", "--straggler", "7:5", str(SCRIPT)],
+                               environ={"GERYON_SYNC": "partial"})
+    assert (config.sync, config.straggler) == ("partial:4", "7:5")
+    rank = RankEnv.from_environ(job_environment(config, RankSpec("worker", 7, 0, 7), "127.0.0.1", 1, 8))
+    assert (rank.sync, rank.straggler) == ("partial:4", "7:5")
     with pytest.raises(ConfigError, match="allreduce only"):
-        check_sync("partial", None, "ps", "geryon", 4)
+        parse_launch_args(["--local", "--mode", "ps", "--sync", "partial-static", str(SCRIPT)], environ={})
     with pytest.raises(ConfigError, match="--collectives"):
         check_sync("partial", None, "allreduce", "nccl", 4)
 
