@@ -25,7 +25,7 @@ def main() -> None:
     images, labels = make_dataset(512, seed=0)
     torch.manual_seed(job.rank)    # different starting weights: the start must take rank 0's
     model = SmallCNN(4)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     model, optimizer = geryon.distribute(model, optimizer)
     generator = torch.Generator().manual_seed(100 + job.rank)
     for _ in range(args.iterations):
