@@ -195,3 +195,12 @@ def test_partial_job_converges_with_equal_replicas_and_atomic_groups(tmp_path):
         members = {m for m, _ in records}
         assert len(members) == 1
         assert sorted(rank for _, rank in records) == [int(m) for m in members.pop().split(",")]
+
+
+def test_ddp_options_are_refused_under_partial_sync():
+    from geryon.runtime.api import distribute
+
+    job = RankEnv(rank=0, world_size=2, secret="s", sync="partial")
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ConfigError, match="--sync partial:4 keeps the model unwrapped"):
+        distribute(model, torch.optim.SGD(model.parameters(), lr=0.1), job, static_graph=True)

@@ -126,6 +126,10 @@ def _synchronised(model, optimizer, job: RankEnv, timeline, ddp_options: dict):
     if sync.partial and transport:
         from geryon.runtime.partial_sync import attach_partial
 
+        if ddp_options:
+            raise ConfigError(f"--sync {sync.text()} keeps the model unwrapped (each worker steps alone, "
+                              f"then averages with its group), so DDP's options {sorted(ddp_options)} do "
+                              "not apply: drop them, or use --sync full")
         attach_partial(model, optimizer, job, sync, timeline)
         return model, optimizer
     from geryon.runtime.ddp_options import wrap_ddp
