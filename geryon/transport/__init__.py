@@ -11,6 +11,7 @@ Modules, one job each:
   flows      FlowPool and Flow: one connection per (peer, class), send queues, receiver threads
   buckets    allreduce bucket plans and their digest
   allreduce  AllreduceGroup: ring reduce-scatter + all-gather, deterministic reduction order
+  group_reduce GroupReduce: an average among any subgroup of the workers, over a mesh of flows
   shards     PS shard plans (whole tensors round-robin, or slices spread over servers)
   ps         ParameterServer and PSWorker (push, pull, per-layer wait)
   hooks      DDP comm hook and TCPStore rendezvous
