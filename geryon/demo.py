@@ -1,23 +1,28 @@
-"""`geryon demo`: train a CNN on an emulated cluster without and with geryon, and compare the two.
+"""`geryon demo`: train a CNN on an emulated cluster the way a DDP user would, and with geryon, and compare.
 
 The README's first command. It runs `geryon/examples/train_cnn.py` (shipped in the package, so it
-works from any directory) through `python -m geryon.launch` on an emulated cluster (4 workers and 2
-parameter servers, each a host behind a 100 Mbit/s switch port), once per policy (`vanilla`, then
-`geryon`), shows each run's iterations as they happen (on stderr), and ends with a table: iteration
-time, images/s, speedup over the first policy, final loss, test accuracy.
+works from any directory) through `python -m geryon.launch` on an emulated cluster (4 workers, and 2
+parameter servers for the PS run, each a host behind a 100 Mbit/s switch port), once per run, shows
+each run's iterations as they happen (on stderr), and ends with a table: iteration time, images/s,
+speedup over the first run, final loss, test accuracy. The runs (`--runs`, the first is the baseline):
+  ddp                plain DDP: the script's own DistributedDataParallel over gloo, what torchrun
+                     runs (`--plain-ddp`): what a user has without geryon
+  allreduce          geryon's allreduce, buckets on priority flows, each parameter updated as its
+                     bucket lands and the next forward waiting per layer (`--overlap next-forward`)
+  allreduce-barrier  the same with DDP's barrier (every bucket before step())
+  ps                 geryon's parameter servers, sliced tensors, urgent layers first (`--policy geryon`)
+  ps-vanilla         the same servers with whole tensors round-robin in FIFO order (`--policy vanilla`)
 
 The model is the example's CNN with a wide hidden layer (`--hidden 2048`: 4.2 MB of parameters,
 nearly all in one fully-connected layer behind ~60 KB of convolutions), so parameter traffic
-dominates the iteration. Under `vanilla` whole tensors go to the servers round-robin and travel in
-FIFO order, so that one layer loads one server; under `geryon` parameters are sliced over both
-servers, and the convolutions (class 0, needed first by the next forward pass) move on their own
-DSCP-marked flow that the switch serves first. Both runs train the same model on the same batches,
-so their losses are equal; only the time differs. Iteration time is the mean over iterations 2..N
-(the first includes setup). It needs root (network namespaces); the whole demo takes ~2 minutes.
+dominates the iteration; the convolutions (class 0, needed first by the next forward pass) move on
+their own DSCP-marked flow that the switch serves first. Every run trains the same model on the same
+batches, so their losses agree (to rounding: the sums' order differs); only the time differs.
+Iteration time is the mean over iterations 2..N (the first includes setup). It needs root (network
+namespaces); the default three runs take ~2 minutes.
 
-Measured times: docs/measurements.md.
-
-The priority check that used to be the demo is `geryon emulate check`.
+Measured: docs/results/demo-ddp_x86-2core_2026-12-04.md. The priority check on its own is
+`geryon emulate check`.
 """
 
 import json
@@ -27,22 +32,41 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from geryon.errors import ConfigError, GeryonError, PermissionNeeded
+from geryon.errors import ConfigError, GeryonError, require_root
 from geryon.examples import script
 
 EXAMPLE = script("train_cnn")  # shipped in the package: the demo runs from any directory
 # With the wide hidden layer, 0.01 is the rate at which the loss visibly falls within ~24 iterations
 # (measured single-process: 2.32 -> 2.22, test accuracy 8% -> 26%; 0.02 and above oscillate).
 DEMO_LR = 0.01
-DEFAULT_POLICIES = "vanilla,geryon"
 WARMUP_ITERATIONS = 2  # iteration 0 includes connecting and the first pull; 1 the first full step
 
 
 @dataclass(frozen=True)
-class DemoRun:
-    """One policy's run, summarised."""
+class DemoJob:
+    """One row of the demo: how the job is launched."""
 
-    policy: str
+    label: str
+    mode: str                   # allreduce | ps
+    policy: str | None = None   # None: no geryon transport (--plain-ddp)
+    overlap: str = "barrier"
+
+
+RUNS = {
+    "ddp": DemoJob("plain DDP", "allreduce"),
+    "allreduce": DemoJob("geryon allreduce", "allreduce", "geryon", "next-forward"),
+    "allreduce-barrier": DemoJob("geryon allreduce, barrier", "allreduce", "geryon"),
+    "ps": DemoJob("geryon PS", "ps", "geryon"),
+    "ps-vanilla": DemoJob("PS vanilla", "ps", "vanilla"),
+}
+DEFAULT_RUNS = "ddp,allreduce,ps"
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """One run, summarised."""
+
+    run: str
     iterations: int
     iteration_s: float
     images_per_s: float
@@ -53,8 +77,8 @@ class DemoRun:
 
 
 def add_commands(commands, bench) -> None:
-    """Register `geryon demo [--iterations N] [--bw RATE] [--hidden H] [--policies A,B] [--json]`."""
-    parser = commands.add_parser("demo", help="train a CNN on an emulated cluster without and with geryon",
+    """Register `geryon demo [--iterations N] [--bw RATE] [--hidden H] [--runs A,B,...] [--json]`."""
+    parser = commands.add_parser("demo", help="train a CNN on an emulated cluster as plain DDP and with geryon",
                                  description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=24, help="training iterations per run (default 24)")
     parser.add_argument("--bw", default="100mbit", help="emulated link rate (default 100mbit)")
@@ -63,24 +87,30 @@ def add_commands(commands, bench) -> None:
     parser.add_argument("--width", type=int, default=16, help="channels of the CNN's first conv layer")
     parser.add_argument("--batch-size", type=int, default=64, help="global batch size (default 64)")
     parser.add_argument("--workers", type=int, default=4, help="workers (default 4)")
-    parser.add_argument("--servers", type=int, default=2, help="parameter servers (default 2)")
-    parser.add_argument("--policies", default=DEFAULT_POLICIES,
-                        help=f"policies to compare, the first is the baseline (default {DEFAULT_POLICIES})")
+    parser.add_argument("--servers", type=int, default=2, help="parameter servers of the PS runs (default 2)")
+    parser.add_argument("--runs", default=DEFAULT_RUNS,
+                        help=f"runs to compare, the first is the baseline (default {DEFAULT_RUNS}; "
+                             f"of {', '.join(RUNS)})")
     parser.add_argument("--ps-pull", choices=("end", "ahead"), default="end",
-                        help="when the workers ask for the next parameters: once step() runs (end, the "
-                             "default) or with the first push of backward (ahead); see docs/ps-optimizers.md")
+                        help="PS runs: when the workers ask for the next parameters: once step() runs (end, "
+                             "the default) or with the first push of backward (ahead); see docs/ps-optimizers.md")
     parser.add_argument("--timeline", metavar="PREFIX", default=None,
-                        help="also write each run's trace to PREFIX-<policy>.json")
+                        help="also write each run's trace to PREFIX-<run>.json")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.set_defaults(func=run_from_args)
 
 
-def launch_argv(policy: str, args, timeline: str | None = None) -> list[str]:
+def launch_argv(job: DemoJob, args, timeline: str | None = None) -> list[str]:
     """The `python -m geryon.launch` command line of one run."""
-    argv = [sys.executable, "-m", "geryon.launch", "--emulate", "--bw", args.bw, "--mode", "ps",
-            "--workers", str(args.workers), "--servers", str(args.servers), "--policy", policy,
-            "--grace", "2", "--timeout", str(60 + 30 * args.iterations),
-            "--ps-pull", getattr(args, "ps_pull", "end")]
+    argv = [sys.executable, "-m", "geryon.launch", "--emulate", "--bw", args.bw, "--mode", job.mode,
+            "--workers", str(args.workers), "--grace", "2", "--timeout", str(60 + 30 * args.iterations)]
+    if job.mode == "ps":
+        argv += ["--servers", str(args.servers), "--policy", job.policy,
+                 "--ps-pull", getattr(args, "ps_pull", "end")]
+    elif job.policy is None:
+        argv += ["--plain-ddp"]
+    else:
+        argv += ["--policy", job.policy, "--overlap", job.overlap]
     if timeline:
         argv += ["--timeline", timeline]
     return argv + [str(EXAMPLE), "--iterations", str(args.iterations), "--width", str(args.width),
@@ -88,28 +118,37 @@ def launch_argv(policy: str, args, timeline: str | None = None) -> list[str]:
                    "--hidden", str(args.hidden), "--train-size", "1024", "--test-size", "200", "--log-json"]
 
 
-def summarise(policy: str, records: list[dict], wall_s: float, batch_size: int = 64) -> DemoRun:
+def summarise(run: str, records: list[dict], wall_s: float, batch_size: int = 64) -> DemoRun:
     """A run's numbers from worker 0's JSON records."""
     times = [r["time_s"] for r in records if "iteration" in r]
     final = next((r for r in records if r.get("final")), None)
     if not times or final is None:
-        raise GeryonError(f"the {policy} run reported no iterations")
+        raise GeryonError(f"the {run} run reported no iterations")
     first = min(WARMUP_ITERATIONS, len(times) - 1)
     if first > 0:
         iteration_s = (times[-1] - times[first - 1]) / (len(times) - first)
     else:
         iteration_s = times[0]
-    return DemoRun(policy=policy, iterations=len(times), iteration_s=round(iteration_s, 4),
+    return DemoRun(run=run, iterations=len(times), iteration_s=round(iteration_s, 4),
                    images_per_s=round(batch_size / iteration_s, 1), final_loss=final["loss"],
                    accuracy=final["accuracy"], wall_s=round(wall_s, 1))
 
 
 def run_policy(policy: str, args, progress=sys.stderr) -> DemoRun:
-    """Run the job with one policy, echoing its progress; raises GeryonError if it fails."""
-    timeline = f"{os.path.abspath(args.timeline)}-{policy}.json" if args.timeline else None
-    argv = launch_argv(policy, args, timeline)
-    print(f"== {policy}: {args.workers} workers, {args.servers} servers at {args.bw}, pull "
-          f"{getattr(args, 'ps_pull', 'end')} (building the cluster, starting ranks)", file=progress, flush=True)
+    """The demo's job in PS mode with `policy` (geryon bench pull's runs)."""
+    return run_job(DemoJob(policy, "ps", policy), args, progress)
+
+
+def run_job(job: DemoJob, args, progress=sys.stderr) -> DemoRun:
+    """Run one job, echoing its progress; raises GeryonError if it fails."""
+    name = job.label
+    slug = name.replace(" ", "-").replace(",", "")
+    timeline = f"{os.path.abspath(args.timeline)}-{slug}.json" if args.timeline else None
+    argv = launch_argv(job, args, timeline)
+    where = (f"{args.servers} servers, pull {getattr(args, 'ps_pull', 'end')}" if job.mode == "ps"
+             else "gloo" if job.policy is None else f"overlap {job.overlap}")
+    print(f"== {name}: {args.workers} workers at {args.bw}, {job.mode}, {where} "
+          f"(building the cluster, starting ranks)", file=progress, flush=True)
     started = time.monotonic()
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                stdin=subprocess.DEVNULL)
@@ -123,7 +162,7 @@ def run_policy(policy: str, args, progress=sys.stderr) -> DemoRun:
             if "iteration" in record:
                 step = record["time_s"] - last
                 last = record["time_s"]
-                print(f"   {policy:8s} iteration {record['iteration'] + 1:3d}/{args.iterations}  "
+                print(f"   {name:16s} iteration {record['iteration'] + 1:3d}/{args.iterations}  "
                       f"loss {record['loss']:.4f}  {step:6.2f} s", file=progress, flush=True)
         errors = process.stderr.read()
         process.wait()
@@ -133,8 +172,8 @@ def run_policy(policy: str, args, progress=sys.stderr) -> DemoRun:
         raise
     if process.returncode != 0:
         tail = "\n".join(errors.strip().splitlines()[-12:])
-        raise GeryonError(f"the {policy} run failed (exit {process.returncode}):\n{tail}")
-    return summarise(policy, records, time.monotonic() - started, args.batch_size)
+        raise GeryonError(f"the {name} run failed (exit {process.returncode}):\n{tail}")
+    return summarise(name, records, time.monotonic() - started, args.batch_size)
 
 
 def with_speedups(runs: list[DemoRun]) -> list[DemoRun]:
@@ -144,32 +183,35 @@ def with_speedups(runs: list[DemoRun]) -> list[DemoRun]:
 
 
 def format_table(runs: list[DemoRun]) -> str:
-    lines = [f"{'policy':8s}  {'iteration':>10s}  {'images/s':>9s}  {'speedup':>7s}  {'final loss':>10s}"
+    lines = [f"{'run':25s}  {'iteration':>10s}  {'images/s':>9s}  {'speedup':>7s}  {'final loss':>10s}"
              f"  {'accuracy':>8s}",
-             f"{'-' * 8}  {'-' * 10}  {'-' * 9}  {'-' * 7}  {'-' * 10}  {'-' * 8}"]
+             f"{'-' * 25}  {'-' * 10}  {'-' * 9}  {'-' * 7}  {'-' * 10}  {'-' * 8}"]
     for run in runs:
-        lines.append(f"{run.policy:8s}  {run.iteration_s:9.3f}s  {run.images_per_s:9.1f}  "
+        lines.append(f"{run.run:25s}  {run.iteration_s:9.3f}s  {run.images_per_s:9.1f}  "
                      f"{run.speedup:6.2f}x  {run.final_loss:10.4f}  {run.accuracy:8.1%}")
     return "\n".join(lines)
 
 
 def run_from_args(args) -> int:
-    if os.geteuid() != 0:
-        raise PermissionNeeded("geryon demo builds an emulated cluster in network namespaces and needs "
-                               "root; run it with sudo")
+    require_root("geryon demo (an emulated cluster in network namespaces)")
     if not EXAMPLE.is_file():
         raise ConfigError(f"the demo runs {EXAMPLE}, which is missing: reinstall geryon")
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    if not policies or args.iterations < 1:
-        raise ConfigError("give at least one policy and --iterations >= 1")
+    names = [r.strip() for r in args.runs.split(",") if r.strip()]
+    unknown = [n for n in names if n not in RUNS]
+    if unknown or not names or args.iterations < 1:
+        raise ConfigError(f"--runs {args.runs!r}: give runs of {', '.join(RUNS)} (the first is the baseline), "
+                          "and --iterations >= 1")
     started = time.monotonic()
-    runs = with_speedups([run_policy(policy, args) for policy in policies])
+    runs = with_speedups([run_job(RUNS[name], args) for name in names])
     wall = time.monotonic() - started
     if args.json:
         print(json.dumps({"runs": [asdict(r) for r in runs], "bw": args.bw, "workers": args.workers,
                           "servers": args.servers, "hidden": args.hidden, "wall_s": round(wall, 1)}))
     else:
-        print(f"\n{args.workers} workers, {args.servers} parameter servers, {args.bw} links, "
+        print(f"\n{args.workers} workers ({args.servers} parameter servers in PS runs), {args.bw} links, "
               f"{args.iterations} iterations per run ({wall:.0f} s in all)\n")
         print(format_table(runs))
+        best = max(runs[1:], key=lambda r: r.speedup, default=None)
+        if best is not None:
+            print(f"\n{best.run}: {best.speedup:.2f}x the images/s of {runs[0].run}")
     return 0

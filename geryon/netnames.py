@@ -1,13 +1,22 @@
-"""Names that reach a path or another program's command line: network namespaces and interfaces.
+"""Names that reach a path or another program's command line, and the directories they reach.
 
-A namespace name becomes `/run/netns/<name>` (and a state directory under /run/geryon), an
-interface name a state file; both are checked whole (`re.fullmatch`), so a `/`, `..` or a trailing
-newline never gets through.
+A namespace name becomes `NETNS_DIR/<name>` (iproute2's `ip netns` directory; `netns_path`), and
+geryon keeps its state (cluster records, saved tc states) under `state_base()`; an interface name
+becomes a state file. Names are checked whole (`re.fullmatch`), so a `/`, `..` or a trailing newline
+never gets through.
 """
 
+import ctypes
+import os
 import re
+from pathlib import Path
 
+from geryon import envvars
 from geryon.errors import ConfigError
+
+NETNS_DIR = "/run/netns"             # where `ip netns add` bind-mounts a named network namespace
+DEFAULT_STATE_BASE = "/run/geryon"   # tmpfs: cleared at boot, like the namespaces the state describes
+CLONE_NEWNET = 0x40000000            # setns(2): join a network namespace
 
 _NETNS = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 _IFNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,14}")
@@ -21,9 +30,32 @@ def check_netns_name(name: str) -> str:
     return name
 
 
+def netns_path(name: str) -> str:
+    """The file of network namespace `name` (checked), which `nsenter --net=` and setns(2) open."""
+    return os.path.join(NETNS_DIR, check_netns_name(name))
+
+
+def state_base() -> Path:
+    """Where geryon keeps its state: $GERYON_STATE_DIR, else DEFAULT_STATE_BASE."""
+    return Path(os.environ.get(envvars.STATE_DIR) or DEFAULT_STATE_BASE)
+
+
 def check_ifname(name: str) -> str:
     """Return `name` if it is a valid interface name (at most 15 characters, no '/'), else raise."""
     if not isinstance(name, str) or not _IFNAME.fullmatch(name):
         raise ConfigError(f"bad interface name {name!r}: use up to 15 letters, digits, '_', '.', '@' "
                           "or '-' (see `ip link`)")
     return name
+
+
+def enter_netns(name: str) -> None:
+    """Move the calling thread (only: setns(2) acts on one thread) into network namespace `name`.
+
+    OSError when it cannot (FileNotFoundError: no such namespace; it is never created here)."""
+    fd = os.open(netns_path(name), os.O_RDONLY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno))
+    finally:
+        os.close(fd)

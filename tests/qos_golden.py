@@ -3,11 +3,12 @@
 from dataclasses import replace
 from pathlib import Path
 
-from geryon.netconf.profile import builtin_profile, load_profile
+from geryon.netconf.qos_profile import builtin_profile, load_profile
 from geryon.netconf.render import TARGETS, render
 
 GOLDEN = Path(__file__).parent / "golden" / "qos"
 ACK_OWN_PROFILE = Path(__file__).resolve().parents[1] / "cluster" / "profiles" / "ack-own.toml"
+TENANTS_PROFILE = Path(__file__).resolve().parents[1] / "cluster" / "profiles" / "tenants.toml"
 PROFILES = {"2": "two-class", "4": "four-class"}
 PORTS = {"linux": ["eth1"], "sonic": ["Ethernet0", "Ethernet4"], "openconfig": ["Ethernet0"],
          "eos": ["Ethernet1"], "nxos": ["Ethernet1/1"], "nvue": [], "junos": ["xe-0/0/0"]}
@@ -48,6 +49,17 @@ def ack_rendering(target: str, mode: str):
     return render(ack_profile(target, mode), target)
 
 
+def tenants_golden_path(target: str) -> Path:
+    suffix = "json" if target in ("sonic", "openconfig") else "txt"
+    return GOLDEN / f"{target}-tenants.{suffix}"
+
+
+def tenants_rendering(target: str):
+    """cluster/profiles/tenants.toml (two jobs of different weights) as fabric classes on `target`."""
+    profile = load_profile(TENANTS_PROFILE)
+    return render(profile.with_ports(PORTS[target]) if PORTS[target] else profile, target)
+
+
 if __name__ == "__main__":
     GOLDEN.mkdir(parents=True, exist_ok=True)
     for case in CASES:
@@ -56,3 +68,6 @@ if __name__ == "__main__":
     for case in ACK_CASES:
         ack_golden_path(*case).write_text(ack_rendering(*case).text)
         print(ack_golden_path(*case))
+    for target in TARGETS:
+        tenants_golden_path(target).write_text(tenants_rendering(target).text)
+        print(tenants_golden_path(target))

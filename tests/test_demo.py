@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from geryon.cli import build_parser
-from geryon.demo import DemoRun, format_table, launch_argv, summarise, with_speedups
+from geryon.demo import RUNS, DemoRun, format_table, launch_argv, summarise, with_speedups
 from launch_support import REPO, clean_env
 
 
@@ -28,28 +28,37 @@ def test_speedup_and_table():
                           summarise("geryon", _records([1, 2, 3, 4]), 1.0)])
     assert [r.speedup for r in runs] == [1.0, 3.0]
     table = format_table(runs)
-    assert table.splitlines()[0].split() == ["policy", "iteration", "images/s", "speedup", "final", "loss", "accuracy"]
+    assert table.splitlines()[0].split() == ["run", "iteration", "images/s", "speedup", "final", "loss", "accuracy"]
     assert "3.00x" in table.splitlines()[-1]
 
 
-def test_demo_command_line_runs_the_example_on_the_emulated_ps_cluster():
+def test_demo_runs_plain_ddp_first_then_geryon_on_the_emulated_cluster():
+    """The baseline is what a DDP user runs without geryon: the script's own DDP over gloo."""
     args = build_parser().parse_args(["demo", "--iterations", "3"])
-    argv = launch_argv("geryon", args)
-    assert argv[1:4] == ["-m", "geryon.launch", "--emulate"]
-    assert ["--workers", "4", "--servers", "2", "--policy", "geryon"] == argv[8:14]
-    assert argv[argv.index("--iterations") + 1] == "3" and "--log-json" in argv
+    assert args.runs.split(",") == ["ddp", "allreduce", "ps"]
+    ddp, allreduce, ps = (launch_argv(RUNS[name], args) for name in args.runs.split(","))
+    for argv in (ddp, allreduce, ps):
+        assert argv[1:4] == ["-m", "geryon.launch", "--emulate"]
+        assert argv[argv.index("--workers") + 1] == "4"
+        assert argv[argv.index("--iterations") + 1] == "3" and "--log-json" in argv
+    assert ddp[ddp.index("--mode") + 1] == "allreduce" and "--plain-ddp" in ddp and "--policy" not in ddp
+    assert allreduce[allreduce.index("--overlap") + 1] == "next-forward" and "--plain-ddp" not in allreduce
+    assert ps[ps.index("--mode") + 1] == "ps" and ps[ps.index("--servers") + 1] == "2"
+    assert ps[ps.index("--policy") + 1] == "geryon"
 
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_reduced_demo_prints_json_for_both_policies():
+def test_reduced_demo_prints_json_for_every_run():
     result = subprocess.run([sys.executable, "-m", "geryon", "demo", "--iterations", "3", "--hidden", "256",
-                             "--json"], cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=240)
+                             "--json"], cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(result.stdout)
-    assert [r["policy"] for r in data["runs"]] == ["vanilla", "geryon"]
+    assert [r["run"] for r in data["runs"]] == ["plain DDP", "geryon allreduce", "geryon PS"]
     for run in data["runs"]:
         assert set(run) == set(DemoRun.__dataclass_fields__)
         assert run["iterations"] == 3 and run["iteration_s"] > 0 and run["speedup"] > 0
-    assert data["runs"][0]["final_loss"] == pytest.approx(data["runs"][1]["final_loss"], rel=1e-4)
-    assert "vanilla  iteration   3/3" in result.stderr and "geryon   iteration   1/3" in result.stderr
+    for run in data["runs"][1:]:
+        assert run["final_loss"] == pytest.approx(data["runs"][0]["final_loss"], rel=1e-4)
+    assert "plain DDP        iteration   3/3" in result.stderr
+    assert "geryon allreduce iteration   1/3" in result.stderr

@@ -25,10 +25,9 @@ ARGS = ["--iterations", "1000", "--width", "4", "--train-size", "512", "--test-s
         "--global-batch-size", "64", "--log-json"]  # one process and 2 workers: the same global batch
 # every fault stays below it with margin: an outage (<= 5 s) plus the capped retransmission backoff
 # (TransportConfig.rto_max_ms, 1 s) plus a loaded CI machine; the pause comes only once the links are up.
-# 15 s once ran out in a fresh-clone CI run of the PS case (2026-11-23, "no progress for 15 s" at
-# iteration 352; it passed in the run before on the same runtime code): a stall longer than any single
-# fault, cause not found yet -- see the fourth session's closing note. 25 s keeps the test about surviving
-# the faults while that is investigated.
+# The PS case has stalled once for longer than any single fault ("no progress for 15 s" at iteration 352
+# of a fresh-clone CI run) for a reason not yet known; 25 s keeps this test about surviving the faults,
+# not about that stall.
 TIMEOUT_S = 25
 
 

@@ -17,7 +17,7 @@ from test_qos_vendor_session import fake_switch  # noqa: F401  (the sshd stand-i
 from geryon.cli import main
 from geryon.errors import QosProfileError, TargetLimitError
 from geryon.netconf.plan import ROOT, AckFilterOp, build_priority_plan
-from geryon.netconf.profile import builtin_profile, load_profile, resolve_profile, validate_profile
+from geryon.netconf.qos_profile import builtin_profile, load_profile, resolve_profile, validate_profile
 from geryon.netconf.render import render
 from geryon.netconf.render.linux import build_plan
 from geryon.netconf.session import build_session

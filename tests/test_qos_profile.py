@@ -3,7 +3,7 @@
 import pytest
 
 from geryon.errors import QosProfileError, TargetLimitError
-from geryon.netconf.profile import (builtin_profile, check_target, load_profile, percentages,
+from geryon.netconf.qos_profile import (builtin_profile, check_target, load_profile, percentages,
                                     profile_from_classes, resolve_profile)
 from geryon.netconf.render import render, target_module
 
@@ -91,14 +91,14 @@ def test_not_toml_and_missing_file(tmp_path):
 
 
 def test_strict_below_weighted_is_rejected():
-    from geryon.netconf.profile import QosClass, QosProfile, validate_profile
+    from geryon.netconf.qos_profile import QosClass, QosProfile, validate_profile
     with pytest.raises(QosProfileError, match="listed below weighted"):
         validate_profile(QosProfile("x", (QosClass("a", (0,), 5, "weighted", 10),
                                           QosClass("b", (46,), 4, "strict")), "a"))
 
 
 def test_target_limits_strict_queues_and_weights():
-    from geryon.netconf.profile import QosClass, QosProfile, validate_profile
+    from geryon.netconf.qos_profile import QosClass, QosProfile, validate_profile
     two_strict = validate_profile(QosProfile("x", (QosClass("a", (46,), 6, "strict"), QosClass("b", (40,), 5, "strict"),
                                                    QosClass("c", (0,), 0, "weighted", 100)), "c"))
     for target in ("junos", "nxos"):

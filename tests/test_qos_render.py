@@ -11,7 +11,7 @@ import pytest
 
 from qos_golden import CASES, golden_path, rendering
 from geryon.errors import TargetLimitError
-from geryon.netconf.profile import QosClass, QosProfile, validate_profile
+from geryon.netconf.qos_profile import QosClass, QosProfile, validate_profile
 from geryon.netconf.render import render
 
 YANG = Path(__file__).resolve().parent / "yang"  # vendored models, see tests/yang/README.md

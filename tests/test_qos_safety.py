@@ -10,7 +10,7 @@ import re
 import pytest
 
 from geryon.errors import QosProfileError, TargetLimitError
-from geryon.netconf.profile import (CONTROL_SHARE_PERCENT, STRICT_GUARD_PERCENT, QosClass, QosProfile,
+from geryon.netconf.qos_profile import (CONTROL_SHARE_PERCENT, STRICT_GUARD_PERCENT, QosClass, QosProfile,
                                     builtin_profile, profile_from_dict, validate_profile)
 from geryon.netconf.render import TARGETS, render
 from geryon.netconf.render.linux import class_rates
@@ -272,7 +272,7 @@ def test_openconfig_queue_counters_parse():
 @pytest.mark.parametrize("count", [2, 3, 4, 5])
 def test_class_specs_render_on_every_target_up_to_five_classes(count):
     """`--classes N` lands clear of the default-lossless queues and of network control's queue 7."""
-    from geryon.netconf.profile import profile_from_classes
+    from geryon.netconf.qos_profile import profile_from_classes
     prof = profile_from_classes(count)
     for target in TARGETS:
         assert render(prof, target).profile.classes[0].queue == (7 if target == "linux" else 6)
@@ -281,7 +281,7 @@ def test_class_specs_render_on_every_target_up_to_five_classes(count):
 
 @pytest.mark.parametrize("count", [6, 7])
 def test_six_and_seven_classes_fit_the_targets_without_default_lossless_queues(count):
-    from geryon.netconf.profile import profile_from_classes
+    from geryon.netconf.qos_profile import profile_from_classes
     prof = profile_from_classes(count)
     for target in ("eos", "nvue", "openconfig", "linux"):
         assert [c.queue for c in render(prof, target).profile.classes][0] == (7 if target == "linux" else 6)

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from geryon.errors import ApplyError, TargetLimitError
-from geryon.netconf.profile import QosClass, QosProfile, builtin_profile, validate_profile
+from geryon.netconf.qos_profile import QosClass, QosProfile, builtin_profile, validate_profile
 from geryon.netconf.remote import Endpoint
 from geryon.netconf.render import render
 from geryon.netconf.render.sonic import parse_queue_counters

@@ -3,7 +3,7 @@
 import pytest
 
 from geryon.errors import ApplyError
-from geryon.netconf.profile import builtin_profile
+from geryon.netconf.qos_profile import builtin_profile
 from geryon.netconf.remote import Endpoint
 from geryon.netconf.render.linux import build_plan
 from geryon.netconf.session import build_session, json_patch

@@ -17,6 +17,10 @@ the same run.
     geryon bench straggler [--workers 8] [--slowdowns 1,2,5] [--target 1.0] [--json]
         time to a loss target with one slow worker: allreduce, partial allreduce (static and
         straggler-aware) and PS, beside Ripples' figures (geryon.bench.straggler)
+    geryon bench diff A.json B.json [--keys F,F,...] [--json]
+        two records of one bench compared row by row: medians, B/A, Mann-Whitney p (geryon.bench.diff)
+    geryon bench tenants [--models vgg19,resnet50] [--workers 2] [--rate 200mbit] [--json]
+        replayed jobs and a background flow sharing one emulated fabric, per policy (geryon.bench.tenants)
 """
 
 import json
@@ -28,10 +32,12 @@ from geryon.errors import ConfigError
 
 
 def add_commands(commands, bench) -> None:
-    from geryon.bench import paper_cli, pull, straggler
+    from geryon.bench import diff, paper_cli, pull, straggler, tenants
 
     paper_cli.add_commands(commands, bench)
     pull.add_command(bench)
+    diff.add_command(bench)
+    tenants.add_command(bench)
     straggler.add_command(bench)
     bench_threshold = bench.add_parser("threshold", help="threshold search vs exhaustive sweep")
     bench_threshold.add_argument("--model", default="vgg19", help="profile name (default vgg19)")

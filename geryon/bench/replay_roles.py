@@ -92,7 +92,7 @@ def params_digest(tensors) -> str:
 
 # what `connect`/`listen` may change per connection (bench paper switches policies without restarting)
 TRANSPORT_OVERRIDES = ("policy", "slice_bytes", "congestion", "notsent_lowat", "placement",
-                       "within_class", "priority")
+                       "within_class", "priority", "dscp")  # dscp: "46,0", the classes' marks (--dscp)
 
 
 def run_queue_wait_s() -> tuple[float, float] | None:
@@ -142,7 +142,7 @@ def _config(args, overrides: dict | None = None, tracer=None) -> TransportConfig
                      if k in settings and v is not None})
     return TransportConfig(secret=os.environ.get(envvars.JOB_SECRET, ""), job_id=args.job,
                            policy=settings["policy"],
-                           class_dscp=tuple(int(d) for d in args.dscp.split(",")),
+                           class_dscp=tuple(int(d) for d in ((overrides or {}).get("dscp") or args.dscp).split(",")),
                            slice_bytes=int(settings["slice_bytes"]), timeout=args.timeout,
                            tcp_congestion=settings["congestion"] or None,
                            notsent_lowat=settings["notsent_lowat"] or None,

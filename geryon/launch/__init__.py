@@ -5,13 +5,16 @@ Usage
     python -m geryon.launch [--mode ps|allreduce] [--workers N | --nproc-per-node N] [--servers M]
                             [--policy vanilla|slicing|endhost|geryon]
                             [--priority coarse|search|threshold=T] [--classes SPEC]
-                            [--max-classes K]
+                            [--max-classes K] [--tenants FILE --tenant NAME]
                             [--emulate [--bw RATE] [--topology star|leafspine]] [--local]
                             [--hostfile FILE [--known-hosts FILE]]
                             [--timeline FILE] [--timeout S] [--grace S]
                             [--ps-optimizer auto|server|worker]
                             [--ps-pull auto|end|ahead] [--ps-placement bytes|count] [--tls]
                             [--collectives geryon|nccl|nccl-ib:SL,...|gloo-classes]
+                            [--overlap barrier|next-forward] [--plain-ddp]
+                            [--max-restarts N]
+                            [--ps-checkpoint-every K --ps-checkpoint-dir DIR]
                             [--sync full|partial[:P]|partial-static[:P]] [--straggler RANK:FACTOR]
                             SCRIPT [ARGS...]
 
@@ -45,6 +48,12 @@ TLS (--tls)
   presents and checks its peers' against (GERYON_TLS_FILE, a 0600 file the launcher removes after the
   job; over SSH the same on the rank's stdin). The job secret's handshake still runs inside. The store's
   values are signed, not encrypted. Details: docs/security.md.
+
+Jobs sharing a fabric (--tenants FILE --tenant NAME; details in docs/tenants.md)
+---------------------------------------------------------------------------------
+A tenants file lists the jobs on one fabric (and optionally their weights); `geryon netconf` renders it
+as fabric classes for the switches. --tenant NAME puts this job's high class on its urgent level's DSCP
+and its low class on bulk's, in place of --classes.
 
 Collectives in allreduce mode (--collectives; details in docs/nccl.md)
 ---------------------------------------------------------------------
@@ -91,15 +100,18 @@ Environment
 Every flag has a twin, read when the flag is absent: GERYON_MODE, GERYON_WORKERS, GERYON_SERVERS,
 GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_EMULATE, GERYON_BW, GERYON_TOPOLOGY,
 GERYON_LOCAL, GERYON_HOSTFILE, GERYON_KNOWN_HOSTS, GERYON_TIMELINE, GERYON_TIMEOUT, GERYON_GRACE,
-GERYON_PS_OPTIMIZER, GERYON_PS_PULL, GERYON_PS_PLACEMENT, GERYON_TLS, GERYON_COLLECTIVES, GERYON_SYNC,
-GERYON_STRAGGLER.
+GERYON_PS_OPTIMIZER, GERYON_PS_PULL, GERYON_PS_PLACEMENT, GERYON_TLS, GERYON_COLLECTIVES,
+GERYON_MAX_RESTARTS, GERYON_PS_CHECKPOINT_EVERY, GERYON_PS_CHECKPOINT_DIR, GERYON_OVERLAP,
+GERYON_PLAIN_DDP, GERYON_SYNC, GERYON_STRAGGLER.
 
 Ranks see RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (a TCPStore
 the launcher hosts; TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun), and GERYON_ROLE,
 GERYON_RANK_NAME, GERYON_WORKER_RANK / GERYON_SERVER_RANK, GERYON_WORKERS, GERYON_SERVERS,
 GERYON_MODE, GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_JOB_ID, GERYON_JOB_SECRET (for
 the transport to authenticate its connections), GERYON_BACKEND, GERYON_HOST_IP, GERYON_IFACE,
-GERYON_TIMELINE, GERYON_STORE_PREFIX, GERYON_COLLECTIVES, GERYON_SYNC, GERYON_STRAGGLER, with --tls GERYON_TLS_FILE or
+GERYON_TIMELINE, GERYON_STORE_PREFIX, GERYON_COLLECTIVES, GERYON_SYNC, GERYON_STRAGGLER,
+GERYON_RESTART_COUNT and torchrun's TORCHELASTIC_RESTART_COUNT (0 at the first start, n after the
+n-th restart), GERYON_PS_CHECKPOINT_EVERY, GERYON_PS_CHECKPOINT_DIR, with --tls GERYON_TLS_FILE or
 GERYON_TLS_CREDENTIALS (see geryon.envvars.JOB_VARIABLES).
 GERYON_TRANSPORT_TIMEOUT (inherited, not a flag): seconds without progress before the transport
 declares a peer dead (default 60).
@@ -140,7 +152,11 @@ Priority classes (--priority)
 Transport and timeline
 ----------------------
 geryon.runtime.api moves the job's gradients and parameters over geryon.transport: in allreduce mode a DDP
-comm hook (geryon.runtime.ddp_sync), in ps mode `python -m geryon.runtime.server` runs a
+comm hook (geryon.runtime.ddp_sync), or with --overlap next-forward (GERYON_OVERLAP) per-bucket reductions
+whose parameters are updated as each lands, the next forward waiting per layer for its own
+(geryon.runtime.ddp_overlap, docs/allreduce-overlap.md), or with --plain-ddp nothing of geryon's: the
+script's DistributedDataParallel over gloo, as torchrun runs it (the baseline `geryon demo` compares
+with); in ps mode `python -m geryon.runtime.server` runs a
 ParameterServer and the workers' optimizer step pushes and pulls (geryon.runtime.ps_sync). Priority
 classes come from the model's urgency ranking on its first forward call (geryon.runtime.priorities).
 --timeline FILE: every rank writes FILE.<rank>.part.json at exit and the launcher merges the parts
@@ -194,6 +210,36 @@ signal N) after printing its last lines. --timeout S stops the job after S secon
 Ctrl-C or SIGTERM to the launcher stops every rank the same way, removes the emulated cluster, and
 exits 130. Bad input (a missing script, a bad hostfile line, an unknown host, more servers than hosts,
 an unknown policy, a bad rate) is reported before anything starts, with exit code 2.
+
+Recovery (--max-restarts, --ps-checkpoint-every)
+------------------------------------------------
+--max-restarts N (GERYON_MAX_RESTARTS; default 0): as under torchrun, when a rank or server fails (a
+non-zero exit, a signal, a server quitting while workers run), every rank is stopped as above and then
+the whole job starts again: every worker and server on the same placement (the same hosts; a fresh
+emulated cluster of the same shape), with a fresh store, job secret and TLS credentials. Ranks tell
+which start they are in from GERYON_RESTART_COUNT / TORCHELASTIC_RESTART_COUNT (ctx.restart_count).
+After N restarts a job that still fails stops with the last failure's message and "gave up after N
+restarts", and its exit code. A timeout or an interrupt is never restarted; --timeout counts over all
+starts.
+A restart begins where the job's state was saved: in allreduce mode the script's own checkpoint (e.g.
+examples/train_resnet.py --checkpoint-dir DIR --checkpoint-every K --resume latest); in ps mode the
+servers' own checkpoints: --ps-checkpoint-every K --ps-checkpoint-dir DIR (GERYON_PS_CHECKPOINT_EVERY,
+GERYON_PS_CHECKPOINT_DIR; ps mode, with the servers running the optimizer): after every K-th step each
+server writes its shards' values, optimizer state and version to DIR, atomically (a temporary file,
+fsync, rename), one file per server and step, and worker 0 then writes the model's buffers (BatchNorm
+statistics) and the step's marker. The workers' step count is the version.
+Consistency rule: a step S is consistent when its marker and every server's file of S exist; a server
+writes its file only when every shard it holds is at version S, so every shard of a consistent step is
+at the same version S. DIR keeps the last two consistent steps. A job that starts (first start or
+restart) with a consistent step in DIR resumes from the latest one: the servers load it, the workers
+pull it and count on from it, and the script learns it from ctx.resumed_step (geryon.init()), to skip
+the data of steps 0..S-1 and to advance anything else that counts steps (an lr scheduler: call its
+step() S times) -- the optimizer's own state comes from the servers, not from a user checkpoint.
+An empty DIR starts afresh. Every rank reads DIR at start, the servers and worker 0 write it: it must
+be the same directory for all of them (over SSH: a shared filesystem). Refused before start: --ps-checkpoint-every
+without --ps-checkpoint-dir (or the reverse), in allreduce mode, with --ps-optimizer worker (the
+optimizer state lives in the workers; when auto chooses it, the workers stop at the first forward),
+and with --priority search.
 """
 
 from geryon.launch.config import LaunchConfig, parse_launch_args

@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 
 from geryon import envvars as ev
 from geryon.collectives import GERYON, check_class_count, parse_collectives
-from geryon.syncmodes import parse_straggler, parse_sync
-from geryon.errors import ConfigError, PermissionNeeded
+from geryon.errors import ConfigError, require_root
 from geryon.launch.hostfile import HostSpec, parse_hostfile
 from geryon.rates import parse_rate
+from geryon.syncmodes import parse_straggler, parse_sync
+from geryon.transport.policy import PLACEMENTS, POLICIES
 
-MODES = ("allreduce", "ps")
-POLICIES = ("vanilla", "slicing", "endhost", "geryon")
 PRIORITY_SCHEMES = ("coarse", "search", "threshold=T")
 TOPOLOGIES = ("star", "leafspine")
 BACKENDS = ("local", "emulate", "ssh")
@@ -35,11 +34,11 @@ ENV_TWINS = {
     "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
     "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
     "ps_pull": ev.PS_PULL, "ps_placement": ev.PS_PLACEMENT, "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
-    "collectives": ev.COLLECTIVES, "sync": ev.SYNC, "straggler": ev.STRAGGLER,
+    "collectives": ev.COLLECTIVES, "tenants": ev.TENANTS, "tenant": ev.TENANT,
+    "max_restarts": ev.MAX_RESTARTS, "ps_checkpoint_every": ev.PS_CHECKPOINT_EVERY,
+    "ps_checkpoint_dir": ev.PS_CHECKPOINT_DIR, "overlap": ev.OVERLAP, "plain_ddp": ev.PLAIN_DDP,
+    "sync": ev.SYNC, "straggler": ev.STRAGGLER,
 }
-PS_OPTIMIZER_MODES = ("auto", "server", "worker")
-PS_PULL_MODES = ("auto", "end", "ahead")
-PS_PLACEMENTS = ("bytes", "count")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -68,11 +67,17 @@ class LaunchConfig:
     ps_optimizer: str = "auto"                   # ps mode: who runs the optimizer (auto | server | worker)
     ps_pull: str = "auto"                        # ps mode: when workers ask for the next parameters
     ps_placement: str = "bytes"                  # ps mode: slices over servers, byte-balanced or round-robin
+    overlap: str = "barrier"                     # allreduce mode: update after every bucket, or per layer
+    plain_ddp: bool = False                      # allreduce mode: the script's DDP over gloo (a baseline)
     job_id: str = field(default_factory=lambda: "j" + secrets.token_hex(3)[:5])  # also the cluster name
     secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     tls: bool = False                            # TLS on the data flows (geryon.transport.tls)
     tls_file: str | None = None                  # set by the launcher: the job's credentials (0600)
     collectives: str = GERYON                    # allreduce mode: what carries the buckets (geryon.collectives)
+    max_restarts: int = 0                        # restarts of the whole job after a rank or server failed
+    restart_count: int = 0                       # set by the launcher: this start's number (0: the first)
+    ps_checkpoint_every: int = 0                 # ps mode: the servers checkpoint every K steps (0: never)
+    ps_checkpoint_dir: str | None = None         # ps mode: absolute path of the servers' checkpoints
     sync: str = "full"                           # allreduce mode: full | partial[:P] | partial-static[:P]
     straggler: str | None = None                 # "RANK:FACTOR": one worker made FACTOR times slower
 
@@ -107,6 +112,11 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                         help=f"how parameters are split into classes (default coarse; {ev.PRIORITY})")
     parser.add_argument("--classes", default=twin("classes"), metavar="SPEC",
                         help=f"priority classes, e.g. 'high:46,low:0' or '3' ({ev.CLASSES})")
+    parser.add_argument("--tenants", default=twin("tenants"), metavar="FILE",
+                        help="the tenants file of a fabric shared with other jobs (docs/tenants.md); with "
+                             f"--tenant NAME the job's classes go on the fabric's DSCPs ({ev.TENANTS})")
+    parser.add_argument("--tenant", default=twin("tenant"), metavar="NAME",
+                        help=f"this job's name in the --tenants file ({ev.TENANT})")
     parser.add_argument("--max-classes", default=twin("max_classes"), metavar="K",
                         help="with --priority search: search K-1 thresholds over K classes (default 2; "
                              f"--classes defaults to K classes; {ev.MAX_CLASSES})")
@@ -142,6 +152,15 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                         help="ps mode: deal the slices over the servers by bytes (each to the server "
                              "holding the fewest so far; the default) or round-robin by count (P3's "
                              f"way) ({ev.PS_PLACEMENT})")
+    parser.add_argument("--overlap", default=twin("overlap"), metavar="barrier|next-forward",
+                        help="allreduce mode: step() updates after every bucket is reduced (barrier, "
+                             "DDP's way; the default) or each parameter as soon as its bucket is, the "
+                             "next forward waiting per layer for its own (next-forward; elementwise "
+                             f"torch.optim classes; {ev.OVERLAP}; docs/allreduce-overlap.md)")
+    parser.add_argument("--plain-ddp", action="store_true", default=None,
+                        help="allreduce mode: leave the script's DistributedDataParallel as torchrun would "
+                             "(gloo, no priority flows), to compare geryon with what a DDP user runs "
+                             f"otherwise ({ev.PLAIN_DDP})")
     parser.add_argument("--tls", action="store_true", default=None,
                         help="encrypt the data flows with TLS; the launcher makes a key and certificate "
                              f"for the job and every rank verifies its peers' against it ({ev.TLS})")
@@ -159,6 +178,15 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
     parser.add_argument("--straggler", default=twin("straggler"), metavar="RANK:FACTOR",
                         help="make worker RANK FACTOR times slower: after each step it sleeps FACTOR - 1 "
                              f"times the compute it just did ({ev.STRAGGLER})")
+    parser.add_argument("--max-restarts", default=twin("max_restarts"), metavar="N",
+                        help="when a rank or server fails, stop the job and start it again, up to N times "
+                             f"(default 0; {ev.MAX_RESTARTS})")
+    parser.add_argument("--ps-checkpoint-every", default=twin("ps_checkpoint_every"), metavar="K",
+                        help="ps mode: the servers write their shards, optimizer state and version every K "
+                             "steps to --ps-checkpoint-dir, and a (re)started job resumes from the last "
+                             f"consistent step there ({ev.PS_CHECKPOINT_EVERY})")
+    parser.add_argument("--ps-checkpoint-dir", default=twin("ps_checkpoint_dir"), metavar="DIR",
+                        help=f"ps mode: where the servers' checkpoints go ({ev.PS_CHECKPOINT_DIR})")
     parser.add_argument("script", metavar="SCRIPT", help="the training script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                         help="arguments for the script")
@@ -175,16 +203,20 @@ def parse_launch_args(argv: list[str] | None = None, environ=None) -> LaunchConf
         args.local = _flag_from_env(env, "local")
     if args.tls is None:
         args.tls = _flag_from_env(env, "tls")
+    if args.plain_ddp is None:
+        args.plain_ddp = _flag_from_env(env, "plain_ddp")
     return config_from_args(args)
 
 
 def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     """Validate parsed arguments (strings or None) into a LaunchConfig; raise ConfigError on bad input."""
     script = _check_script(args.script)
-    mode = _choice(args.mode or "allreduce", MODES, "--mode")
+    mode = _choice(args.mode or "allreduce", ev.MODES, "--mode")
     policy = _choice(args.policy or "geryon", POLICIES, "--policy")
     priority = check_priority(args.priority or "coarse")
     classes = check_classes(args.classes)
+    tenant_spec = check_tenant(getattr(args, "tenants", None), getattr(args, "tenant", None), classes)
+    classes = tenant_spec or classes
     max_classes = _count(getattr(args, "max_classes", None), "--max-classes", minimum=2)
     if max_classes is not None:
         classes = _search_classes(priority, classes, max_classes)
@@ -210,15 +242,20 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     ps_optimizer = getattr(args, "ps_optimizer", None)
     if ps_optimizer and mode != "ps":
         raise ConfigError(f"--ps-optimizer {ps_optimizer} applies to --mode ps only")
-    ps_optimizer = _choice(ps_optimizer or "auto", PS_OPTIMIZER_MODES, "--ps-optimizer")
+    ps_optimizer = _choice(ps_optimizer or "auto", ev.PS_OPTIMIZER_MODES, "--ps-optimizer")
     ps_pull = getattr(args, "ps_pull", None)
     if ps_pull and mode != "ps":
         raise ConfigError(f"--ps-pull {ps_pull} applies to --mode ps only")
-    ps_pull = _choice(ps_pull or "auto", PS_PULL_MODES, "--ps-pull")
+    ps_pull = _choice(ps_pull or "auto", ev.PS_PULL_MODES, "--ps-pull")
     ps_placement = getattr(args, "ps_placement", None)
     if ps_placement and mode != "ps":
         raise ConfigError(f"--ps-placement {ps_placement} applies to --mode ps only")
-    ps_placement = _choice(ps_placement or "bytes", PS_PLACEMENTS, "--ps-placement")
+    ps_placement = _choice(ps_placement or "bytes", PLACEMENTS, "--ps-placement")
+    overlap = getattr(args, "overlap", None)
+    if overlap and overlap != "barrier" and mode != "allreduce":
+        raise ConfigError(f"--overlap {overlap} applies to --mode allreduce only (in --mode ps, "
+                          "--ps-pull ahead overlaps the update with backward)")
+    overlap = _choice(overlap or "barrier", ev.OVERLAP_MODES, "--overlap")
     workers = _count(args.workers, "--workers", minimum=1)
     if workers is None:
         workers = sum(h.slots for h in hosts) if hosts else DEFAULT_WORKERS
@@ -233,9 +270,7 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
                               f"unknown host keys: add them after checking their fingerprints "
                               f"(ssh-keyscan -p PORT HOST >> {known_hosts}) or pass --known-hosts FILE")
     if backend == "emulate":
-        if os.geteuid() != 0:
-            raise PermissionNeeded("--emulate builds network namespaces and needs root; run it with sudo "
-                                   "or use --local")
+        require_root("--emulate (it builds network namespaces)", "run it with sudo or use --local")
         from geryon.emulate.topology import check_host_count  # lazy: pulls in pyroute2
 
         check_host_count(emulated_host_count(workers, servers))
@@ -247,9 +282,21 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
                               f"does not exist")
     collectives = check_collectives(getattr(args, "collectives", None), mode, policy, classes,
                                     bool(getattr(args, "tls", False)))
+    if overlap != "barrier" and collectives != GERYON:
+        raise ConfigError(f"--overlap {overlap} runs on geryon's own ring allreduce: use it with the default "
+                          "--collectives geryon")
+    plain_ddp = bool(getattr(args, "plain_ddp", False))
+    if plain_ddp and (mode != "allreduce" or overlap != "barrier" or collectives != GERYON):
+        raise ConfigError("--plain-ddp runs the script's own DistributedDataParallel over gloo: it applies "
+                          "to --mode allreduce with the default --overlap barrier and --collectives geryon only")
     sync, straggler = check_sync(getattr(args, "sync", None), getattr(args, "straggler", None), mode,
                                  collectives, workers)
+    if sync != "full" and (overlap != "barrier" or plain_ddp):
+        raise ConfigError(f"--sync {sync} averages models after each local step; --overlap and --plain-ddp "
+                          "change how full allreduce runs: drop them, or use --sync full")
     timeout = _seconds(args.timeout, "--timeout", allow_zero=False)
+    max_restarts = _count(getattr(args, "max_restarts", None), "--max-restarts", minimum=0) or 0
+    every, checkpoint_dir = _ps_checkpoints(args, mode, priority, ps_optimizer)
     grace = _seconds(args.grace, "--grace", allow_zero=True)
     return LaunchConfig(
         script=script, script_args=tuple(args.script_args or ()), mode=mode, workers=workers,
@@ -257,8 +304,33 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         backend=backend, bw=bw,
         topology=topology, hosts=hosts, known_hosts=known_hosts, timeline=timeline, timeout=timeout,
         grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer, ps_pull=ps_pull,
-        ps_placement=ps_placement,
-        tls=bool(getattr(args, "tls", False)), collectives=collectives, sync=sync, straggler=straggler)
+        ps_placement=ps_placement, overlap=overlap, plain_ddp=plain_ddp,
+        tls=bool(getattr(args, "tls", False)), collectives=collectives, max_restarts=max_restarts,
+        ps_checkpoint_every=every,
+        ps_checkpoint_dir=checkpoint_dir, sync=sync, straggler=straggler)
+
+
+def _ps_checkpoints(args, mode: str, priority: str, ps_optimizer: str) -> tuple[int, str | None]:
+    """--ps-checkpoint-every K and --ps-checkpoint-dir DIR: both or neither, ps mode, servers stepping."""
+    every = _count(getattr(args, "ps_checkpoint_every", None), "--ps-checkpoint-every", minimum=1)
+    directory = getattr(args, "ps_checkpoint_dir", None) or None
+    if every is None and directory is None:
+        return 0, None
+    if every is None or directory is None:
+        raise ConfigError("--ps-checkpoint-every K and --ps-checkpoint-dir DIR go together: give both")
+    if mode != "ps":
+        raise ConfigError("--ps-checkpoint-every applies to --mode ps only; in allreduce mode there is no "
+                          "server state: resume from the script's own checkpoint")
+    if ps_optimizer == "worker":
+        raise ConfigError("--ps-checkpoint-every saves the optimizer the servers run; with --ps-optimizer "
+                          "worker the optimizer state lives in the workers: save the script's own checkpoint")
+    if priority == "search":
+        raise ConfigError("--ps-checkpoint-every with --priority search: a restart would search again from "
+                          "the start; choose a threshold (--priority threshold=T) for a job that checkpoints")
+    directory = os.path.abspath(os.path.expanduser(directory))
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ConfigError(f"--ps-checkpoint-dir {directory!r} is a file, not a directory")
+    return every, directory
 
 
 def _search_classes(priority: str, classes: str | None, max_classes: int) -> str:
@@ -333,6 +405,20 @@ def check_priority(text: str) -> str:
         raise ConfigError(f"--priority {text!r}: the threshold must be a positive number up to 1 "
                           f"(the share of the urgency order in class 0), e.g. threshold=0.5")
     raise ConfigError(f"unknown --priority {text!r}; choose one of {', '.join(PRIORITY_SCHEMES)}")
+
+
+def check_tenant(path: str | None, name: str | None, classes: str | None) -> str | None:
+    """--tenants FILE --tenant NAME: the job's classes on the fabric's DSCPs, in 'name:dscp,...' form."""
+    if not path and not name:
+        return None
+    if not path or not name:
+        raise ConfigError("--tenants FILE and --tenant NAME go together: the file describes the fabric's jobs, "
+                          "the name says which one this is (docs/tenants.md)")
+    if classes is not None:
+        raise ConfigError(f"--tenant {name} sets the job's classes from {path}; drop --classes {classes!r}")
+    from geryon.netconf.tenants import load_tenants, tenant_class_spec  # lazy, as check_classes
+
+    return tenant_class_spec(load_tenants(path), name)
 
 
 def check_classes(spec: str | None) -> str | None:

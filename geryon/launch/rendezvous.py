@@ -12,18 +12,14 @@ namespace (setns changes only the calling thread). The socket stays in that name
 store's own threads serve it from there, for as long as the job runs.
 """
 
-import ctypes
-import os
 import socket
 import threading
 from contextlib import contextmanager
 from datetime import timedelta
 
 from geryon.errors import LaunchError
-from geryon.netnames import check_netns_name
+from geryon.netnames import enter_netns
 
-CLONE_NEWNET = 0x40000000
-NETNS_DIR = "/var/run/netns"
 STORE_TIMEOUT = timedelta(minutes=5)
 LISTEN_BACKLOG = 1024
 
@@ -80,11 +76,7 @@ def _create_in_netns(address: str, netns: str):
 
 def enter_netns_this_thread(netns: str) -> None:
     """Move the calling thread (only) into network namespace `netns`."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(os.path.join(NETNS_DIR, check_netns_name(netns)), os.O_RDONLY)
     try:
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            errno = ctypes.get_errno()
-            raise LaunchError(f"cannot enter namespace {netns}: {os.strerror(errno)}")
-    finally:
-        os.close(fd)
+        enter_netns(netns)
+    except OSError as exc:
+        raise LaunchError(f"cannot enter namespace {netns}: {exc.strerror}") from None

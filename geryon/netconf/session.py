@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from geryon.errors import ApplyError, ConfigError, GeryonError
 from geryon.netconf.linuxapply import ApplyResult
-from geryon.netconf.profile import QosProfile
+from geryon.netconf.qos_profile import QosProfile
 from geryon.netconf.remote import Endpoint, SshShell
 from geryon.netconf.render import Rendering, render
 from geryon.netconf.render.sonic import config_db

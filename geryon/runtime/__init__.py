@@ -8,6 +8,8 @@
   straggler    --straggler RANK:FACTOR: one worker made FACTOR times slower
   ps_sync      ps mode, worker side: push gradients / pull parameters, per-layer waits
   server       ps mode, server side: `python -m geryon.runtime.server`
+  engines      under torchrun / Slurm: the store, the workers' process group, server ranks serving in init()
+  server_checkpoint  ps mode: the servers' checkpoints every K steps, and resuming from them
   priorities   which class each parameter gets, agreed by every rank
   search_sync  --priority search while training
   jobtransport the rank's TransportConfig, store and listen address, from its RankEnv

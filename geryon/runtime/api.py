@@ -6,13 +6,18 @@
 
 `init()` reads the job from the environment once (`geryon.runtime.env.RankEnv`): under
 `python -m geryon.launch`, under plain `torchrun`, under Slurm, or alone (one process, nothing
-distributed). It sets up torch.distributed (gloo) when there is more than one worker.
+distributed). It sets up torch.distributed (gloo) when there is more than one worker. Under torchrun
+or Slurm the ranks a ps job names as servers serve inside init() and exit when the job ends
+(geryon.runtime.engines; docs/engines.md).
 
 `distribute()` makes the updates of all workers identical, equal to one process training on the
 union of their batches:
   allreduce  the model is wrapped in DistributedDataParallel with the DDP options given to
              distribute() (users keep DDP; an already wrapped model is kept); under geryon.launch its
              buckets travel over geryon's priority flows (geryon.runtime.ddp_sync), elsewhere over gloo.
+             With --overlap next-forward there is no DDP: the model comes back with per-layer
+             waits and the optimizer with a stand-in that updates each parameter as soon as its
+             bucket is reduced (geryon.runtime.ddp_overlap).
   ps         under geryon.launch, an elementwise torch.optim optimizer (SGD, Adam, AdamW, RMSprop,
              Adagrad, ...) runs on the parameter servers: the model gets per-layer forward
              pre-hooks that wait only for their own parameters, and the optimizer is replaced by a
@@ -42,6 +47,7 @@ from datetime import timedelta
 from geryon.errors import ConfigError
 from geryon.gloo_buffers import KeptBuffers, broadcast_in_place, copy_back
 from geryon.runtime import env as rank_env
+from geryon.runtime.engines import join_engine_job
 from geryon.runtime.env import RankEnv
 
 DEFAULT_BACKEND = "gloo"
@@ -54,9 +60,16 @@ _context: RankEnv | None = None
 
 
 def init(backend: str = DEFAULT_BACKEND, timeout: timedelta = timedelta(minutes=5)) -> RankEnv:
-    """Join the job described by the environment; set up torch.distributed when there are several workers."""
+    """Join the job described by the environment; set up torch.distributed when there are several workers.
+
+    When this process sees CUDA, the rank's GPU (by LOCAL_RANK) becomes the current CUDA device and
+    `ctx.device` names it; otherwise `ctx.device` is the CPU."""
     global _context
     context = rank_env.current()
+    join_engine_job(context, backend, timeout)   # an engine's server ranks serve here and exit
+    from geryon.runtime.device import use_rank_device
+
+    use_rank_device(context.local_rank)
     if context.distributed:
         import torch.distributed as dist
 
@@ -98,6 +111,7 @@ def distribute(model, optimizer, job: RankEnv | None = None, **ddp_options):
     options.refuse_cpu_sync_batchnorm(model)
     if job.mode == "ps":
         options.refuse_wrapped_in_ps(model)
+        options.refuse_device_parameters_in_ps(model)
     timeline = rank_timeline(job.timeline, job.name)
     if job.mode != "ps":   # before partial allreduce's own step hook: a slow worker is late to its group
         _maybe_straggle(model, optimizer, job)
@@ -132,6 +146,10 @@ def _synchronised(model, optimizer, job: RankEnv, timeline, ddp_options: dict):
                               "not apply: drop them, or use --sync full")
         attach_partial(model, optimizer, job, sync, timeline)
         return model, optimizer
+    if transport and job.overlap == "next-forward":
+        from geryon.runtime.ddp_overlap import OverlappedAllreduce
+
+        return model, OverlappedAllreduce(model, optimizer, job, timeline, ddp_options).attach()
     from geryon.runtime.ddp_options import wrap_ddp
 
     ddp = wrap_ddp(model, ddp_options)

@@ -133,6 +133,9 @@ def model_tensors(model) -> list[torch.Tensor]:
     """What a group averages: the parameters, then the floating-point buffers, in module order."""
     tensors = [p for p in model.parameters()]
     tensors += [b for b in model.buffers() if b.is_floating_point()]
+    if any(t.device.type != "cpu" for t in tensors):
+        raise ConfigError("--sync partial averages models held on the CPU (its mesh sends from host memory); "
+                          "keep the model on the CPU, or use --sync full on GPUs")
     dtypes = {t.dtype for t in tensors}
     if len(dtypes) > 1:
         raise ConfigError(f"--sync partial averages the model as one flat tensor, but it holds "

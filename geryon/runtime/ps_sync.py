@@ -8,7 +8,7 @@ post-accumulate-grad hook; geryon.transport's PSWorker sends each slice on its p
 flow), so pushing overlaps the rest of backward, as in DDP; `step()` pushes what backward did not
 touch and asks for the next parameters; nothing is updated locally. As with DDP, every backward
 pass communicates: call step() after each one (no gradient accumulation over several passes).
-The servers run the user's torch.optim class with its parameter groups (geryon.transport.ps_optim)
+The servers run the user's torch.optim class with its parameter groups (geryon.transport.server_optimizer)
 on the mean gradient, so W workers follow the curve of one process on the union of their batches.
 Each step() also sends a STEP frame: the groups' numeric hyper-parameters as they are at that
 moment (so schedulers, warm-up and manual edits apply at the next update, exactly as in one
@@ -42,7 +42,8 @@ under `<prefix>ps/spec` -- the initial parameter values (torch.save bytes), the 
 each tensor, the optimizer spec (JSON) and any optimizer state already loaded, in chunks the store
 accepts (geryon.runtime.store_blobs) -- and every worker reads the servers' addresses
 (`<prefix>ps/server/<j>`), connects, and pulls version 0, so all workers start from worker 0's
-values whatever their own initialisation was.
+values whatever their own initialisation was. A job resuming from a server checkpoint
+(geryon.runtime.server_checkpoint) pulls version `resumed_step` instead and counts on from there.
 
 With --priority search (geryon.runtime.search_sync) each step also times the iteration; when the
 search moves to another threshold, the switch happens right after that step, before the next
@@ -107,7 +108,7 @@ def encode_spec(values, priorities, optimizer_spec, states=None) -> bytes:
 def decode_spec(data: bytes) -> dict:
     import torch
 
-    from geryon.transport.ps_optim import OptimizerSpec
+    from geryon.transport.server_optimizer import OptimizerSpec
 
     spec = torch.load(io.BytesIO(data), weights_only=True)
     spec["optimizer"] = OptimizerSpec.from_json(spec["optimizer"])
@@ -144,7 +145,7 @@ class ParameterServerSync(SetUpOnFirstForward):
     """A worker's side of PS training: setup on first forward, per-layer waits, push/pull steps."""
 
     def __init__(self, model, optimizer, job, timeline=None, spec=None):
-        from geryon.transport.ps_optim import describe_optimizer
+        from geryon.transport.server_optimizer import describe_optimizer
 
         self.model, self.optimizer, self.job, self.timeline = model, optimizer, job, timeline
         self.params = list(model.parameters())
@@ -156,6 +157,7 @@ class ParameterServerSync(SetUpOnFirstForward):
         self.present = [False] * len(self.params)   # tensors with a gradient in this iteration
         self.buffers = BufferBroadcast(model)
         self.checkpoints = None    # geryon.runtime.ps_checkpoint.Checkpoints, once joined
+        self.step_checkpoints = None   # worker 0 with --ps-checkpoint-every: server_checkpoint.StepCheckpoints
         self.worker = None
         self.grad_buffers = None
         self.pushed: set[int] = set()  # tensors pushed in this iteration
@@ -219,7 +221,7 @@ class ParameterServerSync(SetUpOnFirstForward):
                 self.model, args, kwargs, job.priority, config.classes, store, self.prefix, job.rank,
                 job.world_size)
         from geryon.runtime.ps_checkpoint import Checkpoints, current_states
-        from geryon.transport.ps_optim import describe_optimizer
+        from geryon.transport.server_optimizer import describe_optimizer
 
         self.spec = describe_optimizer(self.optimizer, self.params)  # settings made since distribute()
         states = current_states(self.optimizer, self.params)  # state loaded before training
@@ -231,8 +233,15 @@ class ParameterServerSync(SetUpOnFirstForward):
         self.worker = self._join_servers(priorities, switch=0)
         if job.is_main:
             log_placement(self.worker, self.config.placement)
-        self.worker.pull(0)  # everyone starts from the servers' (worker 0's) values
+        if job.resumed_step:   # a server checkpoint's buffers, before the pull makes reads wait
+            from geryon.runtime.server_checkpoint import load_buffers
+
+            load_buffers(job.ps_checkpoint_dir, job.resumed_step, self.model)
+        # everyone starts from the servers' values: worker 0's, or a server checkpoint's at resumed_step
+        self.worker.iteration = job.resumed_step
+        self.worker.pull(job.resumed_step)
         self.reads.mark_pending()
+        self.step_checkpoints = self._step_checkpoints()
         self.checkpoints = Checkpoints(self.optimizer, self.params, store, self.prefix, job.rank)
 
     def _join_servers(self, priorities, switch: int):
@@ -318,7 +327,7 @@ class ParameterServerSync(SetUpOnFirstForward):
         """The STEP frame: clip request, the groups' numeric settings now, presence per tensor."""
         import torch
 
-        from geryon.transport.ps_optim import check_groups, hyper_vector
+        from geryon.transport.server_optimizer import check_groups, hyper_vector
 
         groups = check_groups(self.optimizer.param_groups, self.spec)
         clip = (1.0, *self.clip) if self.clip is not None else (0.0, 0.0, 0.0)
@@ -410,6 +419,24 @@ class ParameterServerSync(SetUpOnFirstForward):
             switched = self.search.iteration_done()
             if switched is not None:
                 self._switch_classes(switched, self.search.switch_count)
+        if self.step_checkpoints is not None:
+            self.step_checkpoints.after_step(self.worker)
+
+    def _step_checkpoints(self):
+        """Worker 0's server checkpoints every K steps (--ps-checkpoint-every), or None."""
+        job = self.job
+        if not (job.ps_checkpoint_every and job.ps_checkpoint_dir):
+            return None
+        if self.spec.mean_only:
+            raise ConfigError("--ps-checkpoint-every saves the optimizer the servers run, but the workers "
+                              f"step {type(self.optimizer).__name__} themselves: save the script's own "
+                              "checkpoint instead, or use an optimizer the servers can run "
+                              "(docs/ps-optimizers.md)")
+        if not job.is_main:
+            return None
+        from geryon.runtime.server_checkpoint import StepCheckpoints
+
+        return StepCheckpoints(job.ps_checkpoint_dir, job.ps_checkpoint_every, job.servers, self.model)
 
     def _check_unchanged(self) -> None:
         """Gradients already sent must not have changed since (they would not reach the servers)."""

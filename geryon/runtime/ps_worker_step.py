@@ -68,7 +68,7 @@ class WorkerStepSync(SetUpOnFirstForward):
         import torch
 
         from geryon.transport import PSWorker
-        from geryon.transport.ps_optim import MEAN, OptimizerSpec
+        from geryon.transport.server_optimizer import MEAN, OptimizerSpec
 
         tracer = self.timeline.transfer if self.timeline else None
         job = self.job

@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass, field
 
 from geryon.errors import ConfigError
-from geryon.netconf.profile import CONTROL_DSCPS, QosProfile, check_target
+from geryon.netconf.qos_profile import CONTROL_DSCPS, QosProfile, check_target
 
 TARGETS = ("linux", "sonic", "openconfig", "eos", "nxos", "nvue", "junos")
 FORMATS = ("native", "yang")

@@ -50,7 +50,7 @@ Hazards:
     on switched ports).
 """
 
-from geryon.netconf.profile import ACK_APPROX, ACK_MAX_LEN, ACK_SHARE_PERCENT, QosProfile, TargetLimits, percentages
+from geryon.netconf.qos_profile import ACK_APPROX, ACK_MAX_LEN, ACK_SHARE_PERCENT, QosProfile, TargetLimits, percentages
 from geryon.netconf.render import Rendering, by_queue, dscp_queues
 
 PROFILE = "GERYON"

@@ -51,7 +51,7 @@ Hazards:
   - transmit-rate percentages of the weighted schedulers sum to 100.
 """
 
-from geryon.netconf.profile import (ACK_APPROX, ACK_MAX_LEN, CONTROL_SHARE_PERCENT, PLATFORM_LOSSLESS_QUEUES,
+from geryon.netconf.qos_profile import (ACK_APPROX, ACK_MAX_LEN, CONTROL_SHARE_PERCENT, PLATFORM_LOSSLESS_QUEUES,
                                     STRICT_GUARD_PERCENT, QosProfile, TargetLimits, percentages)
 from geryon.netconf.render import Rendering, by_queue, dscp_queues
 

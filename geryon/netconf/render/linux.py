@@ -33,16 +33,17 @@ from geryon.netconf.plan import (HTB_QUANTUM, LOW_SHARE, MIN_CLASS_RATE, PARENT_
                                  UNSHAPED_RATE, ClassOp, FilterOp, QdiscOp, QueuePlan, ack_class_ops, ack_filter_ops,
                                  format_tc_rate, htb_class_params)
 from geryon.errors import TargetLimitError
-from geryon.netconf.profile import QosProfile, TargetLimits
+from geryon.netconf.qos_profile import QosProfile, TargetLimits
 from geryon.netconf.render import Rendering
 
-LIMITS = TargetLimits("linux", max_strict=8)
+LIMITS = TargetLimits("linux", max_strict=8, min_share=True)
 DEFAULT_PORTS = ("eth0",)
 MIN_QUANTUM = 1514
 
 
 def class_rates(profile: QosProfile, rate: int) -> list[int]:
-    """Guaranteed rate per class: the top class the rest of ~99%, the others 1% split by weight."""
+    """Guaranteed rate per class: the top class the rest of ~99%, the others 1% split by weight, raised to
+    `min_share` percent of the rate where a class has one (HTB serves every class up to its rate first)."""
     count = len(profile.classes)
     if count == 1:
         return [rate]
@@ -51,6 +52,7 @@ def class_rates(profile: QosProfile, rate: int) -> list[int]:
         raise TargetLimitError(f"linux: rate {format_tc_rate(rate)} is too low for {count} classes")
     weights = [cls.weight or 100 for cls in profile.classes[1:]]
     lows = [max(MIN_CLASS_RATE, low_total * w // sum(weights)) for w in weights]
+    lows = [max(low, rate * (cls.min_share or 0) // 100) for low, cls in zip(lows, profile.classes[1:])]
     return [rate - sum(lows)] + lows
 
 

@@ -38,7 +38,7 @@ Hazards:
 """
 
 from geryon.errors import TargetLimitError
-from geryon.netconf.profile import QosProfile, TargetLimits, percentages
+from geryon.netconf.qos_profile import QosProfile, TargetLimits, percentages
 from geryon.netconf.render import Rendering, dscp_queues
 
 LIMITS = TargetLimits("nvue", max_strict=8, percent_weights=True, ack_match=None, control_queue=7,

@@ -48,7 +48,7 @@ Hazards:
   - The classification policy is per ingress port; the queuing policy is system-wide.
 """
 
-from geryon.netconf.profile import ACK_APPROX, ACK_MAX_LEN, CONTROL_DSCPS, QosProfile, TargetLimits, percentages
+from geryon.netconf.qos_profile import ACK_APPROX, ACK_MAX_LEN, CONTROL_DSCPS, QosProfile, TargetLimits, percentages
 from geryon.netconf.render import Rendering
 
 LIMITS = TargetLimits("nxos", max_strict=1, percent_weights=True, needs_weighted_default=True, control_queue=7,

@@ -39,7 +39,7 @@ Hazards:
   - IPv4 and IPv6 need separate classifiers (type IPV4 / IPV6); both are rendered.
 """
 
-from geryon.netconf.profile import ACK_APPROX, ACK_SHARE_PERCENT, QosProfile, TargetLimits
+from geryon.netconf.qos_profile import ACK_APPROX, ACK_SHARE_PERCENT, QosProfile, TargetLimits
 import json
 
 from geryon.errors import ConfigError

@@ -51,7 +51,7 @@ Hazards:
     config, so `render_yang` adds placeholders (lanes = position, speed = the profile rate or 100G).
 """
 
-from geryon.netconf.profile import PLATFORM_LOSSLESS_QUEUES, QosProfile, TargetLimits
+from geryon.netconf.qos_profile import PLATFORM_LOSSLESS_QUEUES, QosProfile, TargetLimits
 import json
 
 from geryon.errors import ConfigError

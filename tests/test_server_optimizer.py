@@ -10,8 +10,9 @@ import torch
 from geryon.errors import ConfigError
 from geryon.runtime.ps_optimizer import choose_update
 from geryon.transport.config import TransportConfig
-from geryon.transport.ps import ParameterServer, PSWorker
-from geryon.transport.ps_optim import (STEP_HEADER, OptimizerSpec, check_groups, describe_optimizer,
+from geryon.transport.ps_server import ParameterServer
+from geryon.transport.ps_worker import PSWorker
+from geryon.transport.server_optimizer import (STEP_HEADER, OptimizerSpec, check_groups, describe_optimizer,
                                        full_state, hyper_vector, shard_state)
 
 

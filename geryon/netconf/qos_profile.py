@@ -7,7 +7,9 @@ target's native configuration; `TargetLimits` says what a target can take, and `
 profile that asks for more, with a message saying what to change.
 
 Profiles come from three places: a TOML file (standard library `tomllib`), the built-ins `two-class` and
-`four-class`, or the `--classes` spec the rest of geryon uses (`high:46,low:0`). The TOML form:
+`four-class`, or the `--classes` spec the rest of geryon uses (`high:46,low:0`). A TOML file with
+[[tenant]] tables describes the jobs sharing a fabric and becomes fabric classes (`geryon.netconf.tenants`).
+The TOML form:
 
     name = "geryon-2"
     rate = "100gbit"                # optional; Linux HTB shapes at it, switches ignore it
@@ -26,6 +28,10 @@ Profiles come from three places: a TOML file (standard library `tomllib`), the b
     scheduler = "weighted"
     weight = 100
     default = true                  # DSCPs no class lists land here (default: the last class)
+
+A weighted class may say `min_share = 10`: that percent of the link is its floor even under the strict
+classes. Linux tc guarantees it (the HTB class's rate, taken from the top class's); a switch target gives the
+class its weight's share of what the strict classes leave, and says so in the rendering's notes.
 
 A class may say `lossless = true`: PFC on its priority and ECN marking, as RoCE traffic needs. A class
 that does not is lossy, and a target refuses to put it on a queue the platform keeps lossless by default
@@ -61,7 +67,8 @@ NUM_DSCPS = 64
 MAX_QUEUE = 7
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 _PORT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,63}$")
-_CLASS_KEYS = {"name", "dscp", "queue", "scheduler", "weight", "default", "lossless"}
+_CLASS_KEYS = {"name", "dscp", "queue", "scheduler", "weight", "default", "lossless", "min_share"}
+MAX_MIN_SHARE = 50  # percent of the link all min_share floors together may take
 _PROFILE_KEYS = {"name", "rate", "ports", "class", "description", "ack_priority"}
 ACK_OFF = "off"
 CONTROL_DSCPS = (48, 56)  # CS6, CS7: routing protocols and network control (RFC 4594), never a training class
@@ -85,6 +92,7 @@ class QosClass:
     scheduler: str = WEIGHTED
     weight: int | None = None
     lossless: bool = False  # PFC on its priority and ECN (RoCE); lossy classes avoid the platform's lossless queues
+    min_share: int | None = None  # percent of the link guaranteed under the strict classes (weighted only)
 
     @property
     def strict(self) -> bool:
@@ -159,6 +167,7 @@ class TargetLimits:
     needs_weighted_default: bool = False  # the default (catch-all) queue must be weighted
     ack_match: str | None = ACK_EXACT  # how close its pure-ACK match comes (ACK_EXACT, ACK_APPROX, None: none)
     ack_why: str = ""  # what the target's ACK match lacks (a note for ACK_APPROX, the refusal for None)
+    min_share: bool = False  # guarantees a class's min_share under the strict classes (else: a note)
 
 
 # --- building profiles -------------------------------------------------------------------------
@@ -204,7 +213,12 @@ def validate_profile(profile: QosProfile) -> QosProfile:
         _check_scheduler(cls, where)
         if not isinstance(cls.lossless, bool):
             raise QosProfileError(f"lossless of {where} must be true or false, got {cls.lossless!r}")
+        _check_min_share(cls, where)
     _check_order(profile)
+    floors = sum(cls.min_share or 0 for cls in classes)
+    if floors > MAX_MIN_SHARE:
+        raise QosProfileError(f"the min_share floors of profile {profile.name!r} add up to {floors}%: keep them at "
+                              f"{MAX_MIN_SHARE}% or less, so the strict classes keep most of the link")
     if profile.default_class not in seen_names:
         raise QosProfileError(f"default class {profile.default_class!r} is not a class of profile "
                               f"{profile.name!r}")
@@ -243,6 +257,17 @@ def _check_scheduler(cls: QosClass, where: str) -> None:
         raise QosProfileError(f"{where} is weighted and needs a weight from 1 to 100, got {cls.weight!r}")
 
 
+def _check_min_share(cls: QosClass, where: str) -> None:
+    if cls.min_share is None:
+        return
+    if not _is_int(cls.min_share) or not 1 <= cls.min_share <= MAX_MIN_SHARE:
+        raise QosProfileError(f"min_share {cls.min_share!r} of {where} must be a whole percent from 1 to "
+                              f"{MAX_MIN_SHARE}")
+    if cls.strict:
+        raise QosProfileError(f"{where} is strict and has a min_share: a floor is for a weighted class under the "
+                              "strict ones; drop min_share or make the class 'weighted'")
+
+
 def _check_order(profile: QosProfile) -> None:
     """Strict classes come first, and a higher class uses a higher queue (switches serve queue 7 first)."""
     for upper, lower in zip(profile.classes, profile.classes[1:]):
@@ -265,6 +290,10 @@ def load_profile(path: "str | Path") -> QosProfile:
         raise QosProfileError(f"cannot read profile {path}: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise QosProfileError(f"profile {path} is not valid TOML: {exc}") from exc
+    from geryon.netconf import tenants  # a tenants file ([[tenant]] tables) compiles to fabric classes
+
+    if tenants.is_tenants_file(data):
+        return tenants.tenant_profile(tenants.tenants_from_dict(data, default_name=path.stem, source=str(path)))
     return profile_from_dict(data, default_name=path.stem, source=str(path))
 
 
@@ -291,7 +320,7 @@ def profile_from_dict(data: dict, default_name: str = "profile", source: str = "
         dscps = entry["dscp"]
         dscps = tuple(dscps) if isinstance(dscps, list) else (dscps,)
         classes.append(QosClass(entry["name"], dscps, entry["queue"], entry.get("scheduler", WEIGHTED),
-                                entry.get("weight"), entry.get("lossless", False)))
+                                entry.get("weight"), entry.get("lossless", False), entry.get("min_share")))
         if entry.get("default"):
             if default is not None:
                 raise QosProfileError(f"{source}: classes {default!r} and {entry['name']!r} are both default")
@@ -410,6 +439,9 @@ def check_target(profile: QosProfile, limits: TargetLimits) -> QosProfile:
     _check_lossless(profile.name, classes, limits)
     if limits.percent_weights:
         percentages([cls.weight for cls in profile.weighted], limits.target, profile.weighted)
+    if not limits.min_share:
+        notes += [f"class {cls.name!r}: min_share {cls.min_share}% is not guaranteed on {limits.target}; the class "
+                  "gets its weight's share of what the strict classes leave" for cls in classes if cls.min_share]
     if profile.ack_priority != ACK_OFF and limits.ack_match == ACK_APPROX:
         notes.append(f"WARNING: pure-ACK match on {limits.target} is approximate: {limits.ack_why}")
     return replace(profile, classes=tuple(classes), notes=tuple(notes))

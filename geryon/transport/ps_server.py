@@ -1,63 +1,34 @@
-"""Parameter-server mode: M servers hold parameter shards; workers push gradients, pull parameters.
+"""The parameter server: holds its shards, averages the workers' pushes, runs the optimizer, answers pulls.
 
-Iteration protocol (synchronous): a worker at iteration i pushes every gradient shard tagged i; a
-server aggregates a shard once all W workers' pushes for i arrived -- the mean, summed in worker
-order 0..W-1 -- and applies the user's optimizer to it: the real `torch.optim` class named by the
-job's `OptimizerSpec` (geryon.transport.ps_optim), one instance per shard with the settings of the
-shard's parameter group, making the shard's version i + 1. With `OptimizerSpec(MEAN)` the server
-only averages: the shard's value is the mean gradient, and the workers run their own optimizer.
-A worker's `pull(i + 1)` asks every server for version i + 1 of its shards; each server answers as
-shards become ready, through its send queues in urgency order on the class's flow.
-Parameters land directly in the worker's tensors; `wait_param(t)` blocks until tensor t is
-complete, so the next forward pass can start layer by layer.
-
-With `step_frames=True` (what geryon.launch uses) every worker also sends one STEP frame per
-iteration (float64: gradient clipping request, every group's numeric hyper-parameters as the
-user's optimizer holds them at step(), and which tensors had a gradient), and the server applies
-iteration i only once every worker's STEP for i arrived and agrees: a learning-rate schedule or a
-manual change reaches every shard before its next update, a tensor no worker had a gradient for is
-skipped as torch.optim skips it, and clipping by the global norm scales the averaged gradient by
-the norm of the whole averaged gradient (partial sums of every server, `norm_exchange`).
-Without STEP frames the settings stay those of the spec and every tensor is updated.
-
-A worker may send its STEP frame and its pull of i + 1 before it pushes anything of iteration i
-(--ps-pull ahead, geryon.runtime.ps_sync): the server then updates each shard as soon as its last push
-arrives and answers the pull at once, so parameters come back while the workers' backward pass still
-runs. Presence is then told per shard: an ABSENT control frame (payload: the shard's offset) stands
-for a zero push, and a shard every worker marked ABSENT is left as it is.
-
-Workers must not start pushing iteration i + 1 before their pull of i + 1 completed (the server
-sends parameter slices from its live tensors without copying).
+The protocol it speaks with the workers is described in geryon.transport.ps_protocol.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import threading
 import time
-
-import json
-import math
 from dataclasses import dataclass, field
 
 import torch
 
 from geryon.errors import ConfigError, PeerAborted, ProtocolError, TransportError
 from geryon.transport import elementwise
-from geryon.transport.buckets import normalize_priorities
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
-from geryon.transport.ps_optim import STEP_HEADER, OptimizerSpec, apply_hyper, group_offsets, shard_state
-from geryon.transport.shards import Shard, bytes_per_server, param_specs, plan_shards, shard_digest
-from geryon.transport.wire import (Kind, byte_view, dtype_code, encode_control, encode_header,
-                                   slice_view)
+from geryon.transport.ps_protocol import shard_layout
+from geryon.transport.server_optimizer import STEP_HEADER, OptimizerSpec, apply_hyper, group_offsets, shard_state
+from geryon.transport.shards import Shard
+from geryon.transport.wire import Kind, byte_view, dtype_code, encode_control, encode_header
 
 log = logging.getLogger(__name__)
 
 ABORT_GRACE = 5.0   # seconds a server waits for the other workers to leave after losing one
 
 
-class _ServerShard:
+class ServerShard:
     """A server's state for one shard: value, per-worker gradient buffers, its optimizer."""
 
     def __init__(self, shard: Shard, value: torch.Tensor, workers: int, spec: OptimizerSpec,
@@ -87,7 +58,7 @@ class _ServerShard:
     def complete(self) -> bool:
         return len(self.arrived) == len(self.grads)
 
-    def present(self, plan: "_StepPlan") -> bool:
+    def present(self, plan: "StepPlan") -> bool:
         """Some worker had a gradient for this shard's tensor (STEP presence and ABSENT frames)."""
         return plan.present(self.shard.tensor_id) and len(self.absent) < len(self.grads)
 
@@ -98,14 +69,14 @@ class _ServerShard:
 
         A fresh tensor per update was new memory for a shard over glibc's 32 MiB mmap threshold (a
         whole tensor under an unsliced policy, e.g. `vanilla`): 16,385 page faults, and the mean of
-        8 workers' 64 MiB took 53 ms instead of 31 (docs/data/linerate/lead29-mean-buffer.txt).
+        8 workers' 64 MiB took 53 ms instead of 31 (docs/transport.md).
         Sliced policies' 256 KiB shards were reused by the allocator anyway.
         """
         if self.mean is None:
             self.mean = torch.empty_like(self.grads[0])
         return elementwise.mean_(self.mean, self.grads)
 
-    def update(self, grad: torch.Tensor, plan: "_StepPlan", spec: OptimizerSpec, offsets) -> None:
+    def update(self, grad: torch.Tensor, plan: "StepPlan", spec: OptimizerSpec, offsets) -> None:
         """Apply one iteration: the mean gradient (MEAN), or one step of the user's optimizer."""
         if spec.mean_only:
             elementwise.copy_(self.param, grad)
@@ -130,7 +101,7 @@ class _ServerShard:
 
 
 @dataclass
-class _StepPlan:
+class StepPlan:
     """What every worker said about one iteration: settings, clipping, tensors with gradients."""
 
     hyper: list | None = None                 # numeric hyper-parameters (None: the spec's)
@@ -144,7 +115,7 @@ class _StepPlan:
         return self.presence is None or self.presence[tensor]
 
 
-def _combine_norm(partials, norm_type: float) -> float:
+def combine_norm(partials, norm_type: float) -> float:
     if math.isinf(norm_type):
         return max(partials) if partials else 0.0
     return sum(partials) ** (1.0 / norm_type)
@@ -159,7 +130,8 @@ class ParameterServer(PoolOwner):
     `step_frames`: wait for every worker's STEP frame of an iteration before applying it.
     `norm_exchange(iteration, partial) -> [partial of server 0, 1, ...]`: how servers share their
     part of the gradient norm when a worker asks for clipping (one server: not needed).
-    `state_exchange(server, op, key)`: runs a worker's STATE request ("save" or "load" under `key`).
+    `state_exchange(server, op, key)`: runs a worker's STATE request ("save" or "load" under `key`,
+    or "checkpoint" of step `key`).
     """
 
     def __init__(self, index: int, servers: int, workers: int, params, config: TransportConfig,
@@ -170,12 +142,8 @@ class ParameterServer(PoolOwner):
         params = [p.detach() for p in params]
         self.index, self.servers, self.workers, self.config = index, servers, workers, config
         self.policy = config.scheduling
-        prios = normalize_priorities(len(params), priorities, config.classes)
-        self.specs = param_specs(params, prios)
+        self.specs, self.plan, self.digest = shard_layout(params, priorities, config, servers, workers)
         self.shapes = [p.shape for p in params]
-        self.plan = plan_shards(self.specs, servers, self.policy, config.slice_bytes,
-                                config.placement)
-        self.digest = shard_digest(self.specs, self.plan, servers, workers)
         if optimizer is None:
             optimizer = OptimizerSpec("SGD", ({"lr": lr, "momentum": momentum, "dampening": dampening,
                                                 "weight_decay": weight_decay, "nesterov": nesterov},),
@@ -191,14 +159,14 @@ class ParameterServer(PoolOwner):
         self.state_exchange = state_exchange
         self.steps: dict[int, dict[int, torch.Tensor]] = {}   # iteration -> worker -> STEP vector
         self.step_buffers: dict[tuple[int, int], torch.Tensor] = {}   # (iteration, worker) arriving
-        self.step_plans: dict[int, _StepPlan] = {}
+        self.step_plans: dict[int, StepPlan] = {}
         self.step_lock = threading.Lock()
-        self.shards: dict[tuple[int, int], _ServerShard] = {}
+        self.shards: dict[tuple[int, int], ServerShard] = {}
         for shard in self.plan:
             if shard.server == index:
                 flat = params[shard.tensor_id].reshape(-1)
                 group = -1 if optimizer.mean_only else optimizer.tensor_group[shard.tensor_id]
-                self.shards[shard.key] = _ServerShard(
+                self.shards[shard.key] = ServerShard(
                     shard, flat[shard.offset:shard.offset + shard.length], workers, optimizer, group)
         self.failure: TransportError | None = None   # the first worker lost; the job is over
         self._failed_at = 0.0
@@ -310,7 +278,7 @@ class ParameterServer(PoolOwner):
         self.pool.abort(f"server {self.index}: {reason}", skip_peer=flow.peer_id)
 
     # -- frames from workers ------------------------------------------------------------------
-    def _shard_for(self, flow, header) -> _ServerShard:
+    def _shard_for(self, flow, header) -> ServerShard:
         state = self.shards.get((header.tensor_id, header.offset))
         if state is None or state.shard.length != header.length \
                 or header.dtype != self.specs[header.tensor_id].dtype:
@@ -384,11 +352,11 @@ class ParameterServer(PoolOwner):
             iteration = state.version
         self._shard_complete(state, iteration)
 
-    def _shard_complete(self, state: _ServerShard, iteration: int) -> None:
+    def _shard_complete(self, state: ServerShard, iteration: int) -> None:
         if self.step_frames:
             self._advance(iteration)
         else:
-            self._update([state], _StepPlan(), iteration)
+            self._update([state], StepPlan(), iteration)
 
     def _advance(self, iteration: int) -> None:
         """Apply iteration `iteration` to every shard that can take it now."""
@@ -411,7 +379,7 @@ class ParameterServer(PoolOwner):
                 return
         self._update(ready, plan, iteration)
 
-    def _agree(self, iteration: int, received: dict) -> "_StepPlan | None":
+    def _agree(self, iteration: int, received: dict) -> "StepPlan | None":
         """The plan of an iteration from every worker's STEP vector; they must agree."""
         first = received[0]
         settings = first[:self.step_length - len(self.specs)]
@@ -424,9 +392,9 @@ class ParameterServer(PoolOwner):
         presence = torch.stack([v[len(settings):] for v in received.values()]).amax(0) > 0
         clip = (float(first[1]), float(first[2])) if first[0] > 0 else None
         hyper = first[STEP_HEADER:len(settings)].tolist()
-        return _StepPlan(hyper=hyper, clip=clip, presence=presence.tolist())
+        return StepPlan(hyper=hyper, clip=clip, presence=presence.tolist())
 
-    def _update(self, shards: list[_ServerShard], plan: _StepPlan, iteration: int) -> None:
+    def _update(self, shards: list[ServerShard], plan: StepPlan, iteration: int) -> None:
         grads = [state.mean_gradient() for state in shards]
         if plan.clip is not None and shards:
             plan.scale = self._clip_scale(iteration, plan, shards, grads)
@@ -451,7 +419,7 @@ class ParameterServer(PoolOwner):
         self.steps.pop(iteration, None)
         self.step_plans.pop(iteration, None)
 
-    def _clip_scale(self, iteration: int, plan: _StepPlan, shards, grads) -> float:
+    def _clip_scale(self, iteration: int, plan: StepPlan, shards, grads) -> float:
         """torch.nn.utils.clip_grad_norm_'s factor for the whole averaged gradient."""
         max_norm, norm_type = plan.clip
         partial = 0.0
@@ -470,7 +438,7 @@ class ParameterServer(PoolOwner):
             partials = self.norm_exchange(iteration, partial)
         else:
             partials = [partial]
-        total = _combine_norm(partials, norm_type)
+        total = combine_norm(partials, norm_type)
         return min(max_norm / (total + 1e-6), 1.0)
 
     def _fail_job(self, reason: str) -> None:
@@ -520,7 +488,7 @@ class ParameterServer(PoolOwner):
         try:
             request = json.loads(payload)
             op, key = request["op"], request["key"]
-            if op not in ("save", "load") or not isinstance(key, str):
+            if op not in ("save", "load", "checkpoint") or not isinstance(key, str):
                 raise ValueError(op)
         except (ValueError, KeyError, TypeError):
             raise ProtocolError(f"malformed STATE request from {flow.name}") from None
@@ -533,7 +501,7 @@ class ParameterServer(PoolOwner):
             answer = f"server {self.index}: {exc}".encode()[:200]
         flow.send((-1, next_sequence()), encode_control(Kind.STATE, answer, job_id=self.config.job_id))
 
-    def _send_param(self, worker: int, state: _ServerShard) -> None:
+    def _send_param(self, worker: int, state: ServerShard) -> None:
         """Queue a shard's value for a worker; a worker that has left or failed is skipped.
 
         This runs on whichever worker's receive thread completed the shard's step: a failure to
@@ -555,217 +523,3 @@ class ParameterServer(PoolOwner):
                         self.index, shard.tensor_id, worker, exc)
             return
         flow.send(key, header, state.param_bytes)
-
-
-class PSWorker(PoolOwner):
-    """Worker `rank` of `workers`: pushes gradients to and pulls parameters from the servers.
-
-    `params` are the model's parameter tensors (contiguous, CPU), in the same order as the
-    servers'; pulled values are written into them in place.
-    """
-
-    def __init__(self, rank: int, workers: int, servers, params, config: TransportConfig,
-                 priorities=None):
-        self.rank, self.config = rank, config
-        self.policy = config.scheduling
-        self.params = [p.data if isinstance(p, torch.nn.Parameter) else p for p in params]
-        for p in self.params:
-            if not p.is_contiguous():
-                raise ConfigError("PSWorker needs contiguous parameter tensors")
-        prios = normalize_priorities(len(self.params), priorities, config.classes)
-        self.specs = param_specs(self.params, prios)
-        self.plan = plan_shards(self.specs, len(servers), self.policy, config.slice_bytes,
-                                config.placement)
-        self.digest = shard_digest(self.specs, self.plan, len(servers), workers)
-        self.bytes_per_server = bytes_per_server(self.specs, self.plan, len(servers))
-        self.by_key = {s.key: s for s in self.plan}
-        self.shards_of = [[] for _ in self.params]
-        for shard in self.plan:
-            self.shards_of[shard.tensor_id].append(shard)
-        self.servers = list(range(len(servers)))
-        self.iteration = 0
-        self.pulled: dict[tuple[int, int], int] = {s.key: -1 for s in self.plan}  # -1: local init
-        self.missing = [0] * len(self.params)     # shards of each tensor still to arrive
-        self.pull_iteration = 0
-        self.last_progress = time.monotonic()
-        self._server_digests: dict[int, bytes] = {}
-        self._state_answers: dict[int, bytes] = {}
-        self._aborted = False
-        self.pool = FlowPool(rank, config, self, listen=None, peer_label="server")
-        for index, address in enumerate(servers):
-            self.pool.connect(index, tuple(address))
-            self.pool.flow(index, 0).send((-1,), encode_control(Kind.PLAN, self.digest,
-                                                                job_id=config.job_id))
-        start = time.monotonic()
-        self.pool.wait_until(lambda: len(self._server_digests) == len(servers),
-                             "shard-plan digests", self.servers, progress=lambda: start)
-        wrong = sorted(s for s, d in self._server_digests.items() if d != self.digest)
-        if wrong:
-            self.pool.close()
-            raise ProtocolError(f"servers {wrong} have another parameter shard plan than worker "
-                                f"{rank}: every rank must pass the same parameters, priorities, "
-                                "policy and counts of servers and workers")
-
-    # -- the training step --------------------------------------------------------------------
-    def push(self, grads) -> None:
-        """Queue every gradient shard of iteration `self.iteration` (returns at once)."""
-        grads = [g.detach() for g in grads]
-        if len(grads) != len(self.params):
-            raise ConfigError(f"{len(grads)} gradients for {len(self.params)} parameters")
-        for tensor, grad in enumerate(grads):   # all checked before any is queued
-            self._check_gradient(tensor, grad)
-        for tensor, grad in enumerate(grads):
-            self.push_tensor(tensor, grad)
-
-    def _check_gradient(self, tensor: int, grad) -> None:
-        spec = self.specs[tensor]
-        if grad.numel() != spec.numel or grad.dtype != spec.dtype:
-            raise ConfigError(f"gradient {tensor} is {grad.numel()} x {grad.dtype}, "
-                              f"expected {spec.numel} x {spec.dtype}")
-
-    def push_tensor(self, tensor: int, grad) -> None:
-        """Queue the gradient shards of one tensor for iteration `self.iteration` (returns at once).
-
-        For pushing during backward, as each gradient becomes ready (geryon.runtime.ps_sync): push
-        every tensor once per iteration, then advance with `self.iteration += 1` and `pull()`.
-        `grad` must stay unchanged until the servers have it (the next pull completes).
-        """
-        spec = self.specs[tensor]
-        grad = grad.detach()
-        self._check_gradient(tensor, grad)
-        grad = grad.contiguous()
-        data, size, code = byte_view(grad), grad.element_size(), dtype_code(spec.dtype)
-        for shard in self.shards_of[tensor]:
-            header = encode_header(Kind.PUSH, job_id=self.config.job_id, iteration=self.iteration,
-                                   tensor_id=shard.tensor_id, offset=shard.offset, length=shard.length,
-                                   dtype=code, priority=shard.priority)
-            key = self.policy.send_key(self.iteration, shard.priority, shard.urgency, next_sequence())
-            flow = self.pool.flow(shard.server, self.policy.flow_of(shard.priority))
-            flow.send(key, header, data[shard.offset * size:(shard.offset + shard.length) * size])
-
-    def push_absent(self, tensor: int) -> None:
-        """Tell the servers this worker has no gradient for `tensor` in iteration `self.iteration`.
-
-        An ABSENT frame per shard instead of a zero push: the server counts it as a zero gradient
-        and, when every worker said so, leaves the tensor as torch.optim leaves a parameter without
-        .grad. Used with --ps-pull ahead, where the STEP frame leaves before presence is known.
-        """
-        for shard in self.shards_of[tensor]:
-            frame = encode_control(Kind.ABSENT, shard.offset.to_bytes(8, "big"), job_id=self.config.job_id,
-                                   iteration=self.iteration, tensor_id=shard.tensor_id)
-            self.pool.flow(shard.server, 0).send((-1, next_sequence()), frame)
-
-    def pull(self, iteration: int | None = None) -> None:
-        """Ask every server for version `iteration` (default: the current one) of its shards."""
-        iteration = self.iteration if iteration is None else iteration
-        with self.pool.cond:
-            self.pull_iteration = iteration
-            for key in self.pulled:
-                self.pulled[key] = -1
-            for tid, shards in enumerate(self.shards_of):
-                self.missing[tid] = len(shards)
-            self.last_progress = time.monotonic()
-        frame = encode_control(Kind.PULL, b"", job_id=self.config.job_id, iteration=iteration)
-        for server in self.servers:
-            # ahead of queued pushes: the server answers each shard as soon as it is updated
-            self.pool.flow(server, 0).send((-1, next_sequence()), frame)
-
-    def step(self, grads) -> None:
-        """Push this iteration's gradients and pull the next iteration's parameters."""
-        self.push(grads)
-        self.iteration += 1
-        self.pull(self.iteration)
-
-    def send_step(self, vector: torch.Tensor) -> None:
-        """Send this iteration's STEP frame (float64 settings; see the module docstring) to every server.
-
-        Call it once per iteration, after the last push_tensor and before advancing the iteration;
-        `vector` must stay unchanged until sent.
-        """
-        vector = vector.detach().to(torch.float64).contiguous()
-        header = encode_header(Kind.STEP, job_id=self.config.job_id, iteration=self.iteration,
-                               tensor_id=len(self.specs), length=vector.numel(),
-                               dtype=dtype_code(torch.float64))
-        data = byte_view(vector)
-        for server in self.servers:
-            self.pool.flow(server, 0).send((-1, next_sequence()), header, data)
-
-    def state_request(self, op: str, key: str) -> None:
-        """Ask every server to save ("save") or load ("load") optimizer state under store `key`.
-
-        Returns once every server answered; raises ConfigError with the first server's error.
-        Only between iterations (after wait_all), while no other worker pushes.
-        """
-        frame = encode_control(Kind.STATE, json.dumps({"op": op, "key": key}).encode(),
-                               job_id=self.config.job_id)
-        with self.pool.cond:
-            self._state_answers.clear()
-        started = time.monotonic()
-        for server in self.servers:
-            self.pool.flow(server, 0).send((-1, next_sequence()), frame)
-        self.pool.wait_until(lambda: len(self._state_answers) == len(self.servers),
-                             f"optimizer state {op}", self.servers, progress=lambda: started)
-        errors = [answer.decode(errors="replace") for _, answer in sorted(self._state_answers.items())
-                  if answer != b"ok"]
-        if errors:
-            raise ConfigError(f"optimizer state {op} failed: {errors[0]}")
-
-    def wait_param(self, tensor: int) -> torch.Tensor:
-        """Block until parameter `tensor` (index) holds the pulled version; return it."""
-        self.pool.wait_until(lambda: self.missing[tensor] == 0,
-                             f"parameter {tensor} of iteration {self.pull_iteration}",
-                             sorted({s.server for s in self.shards_of[tensor]}),
-                             progress=lambda: self.last_progress)
-        return self.params[tensor]
-
-    def wait_all(self) -> None:
-        for tensor in range(len(self.params)):
-            self.wait_param(tensor)
-
-    def flow_failed(self, flow, exc: TransportError) -> None:
-        """A server's connection broke: tell the other servers, which tell their workers."""
-        if isinstance(exc, ProtocolError) or self._aborted or flow.peer_done or self.pool.closed:
-            return
-        self._aborted = True
-        reason = (exc.reason if isinstance(exc, PeerAborted)
-                  else f"worker {self.rank} lost its connection: {exc}")
-        self.pool.abort(reason, skip_peer=flow.peer_id)
-
-    # -- frames from servers ------------------------------------------------------------------
-    def tensor_numel(self, tensor_id: int) -> int | None:
-        return self.specs[tensor_id].numel if tensor_id < len(self.specs) else None
-
-    def _shard_for(self, flow, header) -> Shard:
-        shard = self.by_key.get((header.tensor_id, header.offset))
-        if header.kind != Kind.PARAM or shard is None or shard.server != flow.peer_id \
-                or shard.length != header.length or header.dtype != self.specs[shard.tensor_id].dtype:
-            raise ProtocolError(f"{header.describe()} from {flow.name} is not a shard it serves")
-        return shard
-
-    def destination(self, flow, header) -> memoryview:
-        shard = self._shard_for(flow, header)
-        with self.pool.cond:
-            if header.iteration != self.pull_iteration or self.pulled[shard.key] == header.iteration:
-                raise ProtocolError(f"{flow.name} sent {header.describe()} unasked "
-                                    f"(pulling iteration {self.pull_iteration})")
-        return slice_view(self.params[shard.tensor_id], shard.offset, shard.length)
-
-    def delivered(self, flow, header) -> None:
-        shard = self._shard_for(flow, header)
-        with self.pool.cond:
-            self.pulled[shard.key] = header.iteration
-            self.missing[shard.tensor_id] -= 1
-            self.last_progress = time.monotonic()
-            self.pool.cond.notify_all()
-
-    def control(self, flow, header, payload: bytes) -> None:
-        if header.kind == Kind.STATE:
-            with self.pool.cond:
-                self._state_answers[flow.peer_id] = payload
-                self.pool.cond.notify_all()
-            return
-        if header.kind != Kind.PLAN:
-            raise ProtocolError(f"unexpected {header.kind.name} control frame from {flow.name}")
-        with self.pool.cond:
-            self._server_digests[flow.peer_id] = payload
-            self.pool.cond.notify_all()

@@ -1,0 +1,45 @@
+"""geryon bench tenants: utilisation arithmetic, settings checks, and a tiny run of two replayed jobs and a
+background flow on one emulated fabric (every update applied exactly once, checked by the jobs' drains)."""
+
+import pytest
+
+from geryon.bench.tenants import TenantSettings, run_tenants_bench, summarize, utilisation
+from geryon.errors import ConfigError
+
+
+def test_utilisation_is_compute_over_wall_summed_over_workers():
+    steps = [[{"seconds": 0.5}, {"seconds": 0.5}], [{"seconds": 1.0}, {"seconds": 1.0}]]
+    assert utilisation([0.25, 0.5], steps) == {"compute_s": 1.5, "wall_s": 3.0, "utilisation": 0.5}
+
+
+def test_summary_takes_the_median_over_repetitions():
+    rows = [{"policy": "fabric", "aggregate_utilisation": u, "background_share": b,
+             "jobs": [{"job": "a", "median_iteration_s": u, "utilisation": u}]}
+            for u, b in ((0.2, 0.1), (0.4, 0.3), (0.3, 0.2))]
+    assert summarize(rows) == {"fabric": {"aggregate_utilisation": 0.3, "background_share": 0.2,
+                                          "jobs": {"a": {"median_iteration_s": 0.3, "utilisation": 0.3}}}}
+
+
+@pytest.mark.parametrize("fields, message", [({"models": ("a",) * 4}, "1 to 3 models"),
+                                             ({"policies": ("fabric", "crux")}, "unknown policies crux")])
+def test_settings_say_what_is_wrong(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        TenantSettings(**fields)
+
+
+@pytest.mark.root
+@pytest.mark.slow  # ~60 s on 2 loaded cores: four role processes import torch
+def test_two_jobs_and_background_share_one_fabric():
+    record = run_tenants_bench(TenantSettings(models=("resnet50", "resnet50"), workers=1, iterations=2, warmup=0,
+                                              rate="50mbit", policies=("vanilla", "fabric")))
+    vanilla, fabric = record["rows"]
+    assert [j["classes"] for j in vanilla["jobs"]] == ["unmarked", "unmarked"]
+    assert [j["classes"] for j in fabric["jobs"]] == ["high:46,low:0", "high:46,low:0"]  # equal weights
+    for row in record["rows"]:
+        compute = sum(j["compute_s"] for j in row["jobs"])
+        wall = sum(j["wall_s"] for j in row["jobs"])
+        assert row["aggregate_utilisation"] == pytest.approx(compute / wall)
+        assert all(0 < j["utilisation"] < 1 and j["median_iteration_s"] > 0 for j in row["jobs"])
+        assert 0 < row["background_share"] < 1  # the background flow moved bytes through the shared port
+    assert fabric["background_floor"] == 0.1 and vanilla["background_floor"] is None
+    assert record["weights"][0] == pytest.approx(record["weights"][1])  # the same model: the same intensity
