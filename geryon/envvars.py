@@ -42,6 +42,8 @@ PS_CHECKPOINT_EVERY = "GERYON_PS_CHECKPOINT_EVERY"   # ps mode: the servers chec
 PS_CHECKPOINT_DIR = "GERYON_PS_CHECKPOINT_DIR"       # ... into this directory (geryon.runtime.server_checkpoint)
 TENANTS = "GERYON_TENANTS"           # --tenants: the tenants file of the fabric the job shares
 TENANT = "GERYON_TENANT"             # --tenant: this job's name in it (its classes on the fabric's DSCPs)
+SYNC = "GERYON_SYNC"                 # --sync: full, partial[:P] or partial-static[:P] (geryon.syncmodes)
+STRAGGLER = "GERYON_STRAGGLER"       # --straggler RANK:FACTOR: one worker made FACTOR times slower
 
 # -- what the launcher gives every rank (besides torch's RANK, WORLD_SIZE, MASTER_ADDR, ...) -----------
 ROLE = "GERYON_ROLE"
@@ -88,6 +90,8 @@ JOB_VARIABLES = {
     COLLECTIVES: "allreduce mode: geryon, nccl, nccl-ib:SL,... or gloo-classes (what carries the buckets)",
     OVERLAP: "allreduce mode: barrier or next-forward (when each parameter is updated)",
     PLAIN_DDP: "1: allreduce mode without geryon's transport (the script's own DDP over gloo, as torchrun)",
+    SYNC: "allreduce mode: full, partial[:P] or partial-static[:P] (how workers average)",
+    STRAGGLER: "RANK:FACTOR: that worker sleeps (FACTOR - 1) x its compute after each step (empty: none)",
     TLS_FILE: "--tls: a 0600 file with the job's TLS key and certificate (PEM)",
     TLS_CREDENTIALS: "--tls over SSH: the job's TLS key and certificate, base64 PEM (sent on stdin)",
     RESTART_COUNT: "how many times the launcher restarted the job (0 at the first start)",

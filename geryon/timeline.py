@@ -7,7 +7,9 @@
     on one track per (direction, peer, class): the time a frame waited in its send queue as an
     async span ("queued"), its time on the wire as a complete span ("wire"), and each received frame
     as an instant ("received"). Urgent classes jumping the queue show as short "queued" spans on
-    class 0 next to long ones on class 1.
+    class 0 next to long ones on class 1;
+  - with --sync partial, each group reduce the rank took part in, as a span ("group 12: 0,3,5,6")
+    on its own track, so overlapping groups would show on one rank as overlapping spans.
 At exit a rank writes its part next to FILE (`FILE.<rank>.part.json`); the launcher merges the
 parts into FILE (`merge_parts`) when the job ends, and removes them. The format is the Trace Event
 Format's JSON object form ({"traceEvents": [...]}), which chrome://tracing and ui.perfetto.dev load.
@@ -27,6 +29,7 @@ from geryon.safefiles import replace_file
 
 PART_SUFFIX = ".part.json"
 COMPUTE_TRACK = 0
+GROUP_TRACK = 10_000       # after every transfer track
 SERVER_PID_BASE = 1000
 
 
@@ -57,6 +60,7 @@ class RankTimeline:
         self._queued: dict[tuple, float] = {}
         self._started: dict[tuple, float] = {}
         self._ids = itertools.count(1)
+        self._group_track_named = False
         self.events.append({"ph": "M", "name": "process_name", "pid": self.pid, "tid": 0,
                             "args": {"name": rank_name}})
         self.events.append({"ph": "M", "name": "process_sort_index", "pid": self.pid, "tid": 0,
@@ -71,6 +75,16 @@ class RankTimeline:
         if args:
             event["args"] = args
         self.events.append(event)
+
+    def group(self, seq: int, members, start: float, end: float) -> None:
+        """A partial-allreduce group reduce this rank took part in, from `start` to `end` (time.time())."""
+        with self._lock:
+            if not self._group_track_named:
+                self._group_track_named = True
+                self._name_track(GROUP_TRACK, "partial allreduce groups")
+        members = ",".join(map(str, members))
+        self.span(f"group {seq}: {members}", "group", start, end, GROUP_TRACK,
+                  {"seq": seq, "members": members})
 
     def watch_module(self, model) -> None:
         """Record forward and backward of every leaf module of `model` as spans."""

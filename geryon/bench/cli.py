@@ -14,6 +14,9 @@ the same run.
         the paper's scaling table on replayed models (geryon.bench.paper; its options in paper_cli)
     geryon bench pull [--bw 400mbit] [--workers 2] [--width 64] [--repeat 3] [--json]
         a real training script in PS mode, --ps-pull end vs ahead, same loss checked (geryon.bench.pull)
+    geryon bench straggler [--workers 8] [--slowdowns 1,2,5] [--target 1.0] [--json]
+        time to a loss target with one slow worker: allreduce, partial allreduce (static and
+        straggler-aware) and PS, beside Ripples' figures (geryon.bench.straggler)
     geryon bench diff A.json B.json [--keys F,F,...] [--json]
         two records of one bench compared row by row: medians, B/A, Mann-Whitney p (geryon.bench.diff)
     geryon bench tenants [--models vgg19,resnet50] [--workers 2] [--rate 200mbit] [--json]
@@ -29,12 +32,13 @@ from geryon.errors import ConfigError
 
 
 def add_commands(commands, bench) -> None:
-    from geryon.bench import diff, paper_cli, pull, tenants
+    from geryon.bench import diff, paper_cli, pull, straggler, tenants
 
     paper_cli.add_commands(commands, bench)
     pull.add_command(bench)
     diff.add_command(bench)
     tenants.add_command(bench)
+    straggler.add_command(bench)
     bench_threshold = bench.add_parser("threshold", help="threshold search vs exhaustive sweep")
     bench_threshold.add_argument("--model", default="vgg19", help="profile name (default vgg19)")
     bench_threshold.add_argument("--workers", type=int, default=1,

@@ -12,7 +12,9 @@ fixed seed), and every image is its class pattern, randomly shifted, plus Gaussi
 learnable but not trivial. As under torchrun, `--batch-size` is PER PROCESS: W workers train on a
 global batch of W x batch-size images. `--global-batch-size G` gives the global batch instead (each
 worker takes G/W), so that W workers follow the same loss curve as one process with the same G.
-The printed loss is the mean over workers (the global batch's loss); `--log-json` prints one JSON
+The printed loss is the mean over workers (the global batch's loss), except under --sync partial,
+where it is rank 0's own (averaging it would make every worker wait for the slowest at every
+iteration, the very wait partial allreduce removes). `--log-json` prints one JSON
 object per iteration for machines ({"iteration", "loss", "time_s"}) and one at the end
 ({"final": true, "accuracy", "images_per_s", ...}). `--device auto` (the default) trains on the
 rank's GPU when the process sees one (geryon.init() picks it by LOCAL_RANK), else on the CPU.
@@ -149,6 +151,7 @@ def main(argv=None) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     model, optimizer = geryon.distribute(model, optimizer)
 
+    partial = job.sync != "full"
     batches = global_batches(args.train_size, global_batch, seed=args.seed)
     for _ in range(job.resumed_step):   # resumed from a server checkpoint: these batches are trained
         next(batches)
@@ -161,17 +164,19 @@ def main(argv=None) -> None:
         loss = F.cross_entropy(model(images[index]), labels[index])
         loss.backward()
         optimizer.step()
-        global_loss = geryon.average(loss.item())
+        global_loss = loss.item() if partial else geryon.average(loss.item())
         if job.is_main:
             if args.log_json:
                 print(json.dumps({"iteration": iteration, "loss": global_loss,
                                   "time_s": round(time.perf_counter() - started, 4)}), flush=True)
             elif iteration % args.log_every == 0 or iteration == args.iterations - 1:
                 print(f"iteration {iteration:4d}  loss {global_loss:.4f}", flush=True)
+    geryon.average_replicas()   # --sync partial: every replica ends equal (a no-op otherwise)
     elapsed = time.perf_counter() - started
     if job.is_main:
         summary = {"final": True, "loss": global_loss, "accuracy": accuracy(model, test_images, test_labels),
                    "iterations": args.iterations, "workers": job.world_size, "mode": job.mode,
+                   "sync": job.sync,
                    "batch_size": local, "global_batch_size": global_batch,
                    "seconds": round(elapsed, 3), "images_per_s": round(done * global_batch / elapsed, 1),
                    "resumed_from": job.resumed_step}

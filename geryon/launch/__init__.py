@@ -15,6 +15,7 @@ Usage
                             [--overlap barrier|next-forward] [--plain-ddp]
                             [--max-restarts N]
                             [--ps-checkpoint-every K --ps-checkpoint-dir DIR]
+                            [--sync full|partial[:P]|partial-static[:P]] [--straggler RANK:FACTOR]
                             SCRIPT [ARGS...]
 
 It feels like torchrun: the script is started once per worker, and sees the usual variables
@@ -71,6 +72,21 @@ are started, a different choice.
                 connections and queues on the hosts but look alike to the network.
   Refused with --mode ps, a --policy other than geryon, or --tls.
 
+Slow workers (--sync, --straggler; details in docs/partial-allreduce.md)
+-----------------------------------------------------------------------
+  --sync full              every worker averages every gradient each iteration (allreduce mode's
+                           default): the job runs at the pace of its slowest worker.
+  --sync partial[:P]       Ripples' partial allreduce: after each local step a worker averages its
+                           model with a group of P workers (default 4), groups formed from the
+                           workers ready first, so a slow worker holds back only the group it joins.
+                           Call geryon.average_replicas() before evaluating or saving: every worker
+                           then averages with all the others and the replicas are equal (it also
+                           runs at exit).
+  --sync partial-static[:P] the same with a fixed schedule of groups, for workers alike.
+  --straggler RANK:FACTOR  worker RANK sleeps FACTOR - 1 times its compute after each step: a slow
+                           worker to reproduce, in any mode.
+  --sync partial is refused with --mode ps and with --collectives other than geryon.
+
 Definitions
 -----------
   worker   a process running SCRIPT; workers are RANK 0..N-1 and WORLD_SIZE is N.
@@ -86,17 +102,17 @@ GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_EMULATE, GERYON_BW, GERYO
 GERYON_LOCAL, GERYON_HOSTFILE, GERYON_KNOWN_HOSTS, GERYON_TIMELINE, GERYON_TIMEOUT, GERYON_GRACE,
 GERYON_PS_OPTIMIZER, GERYON_PS_PULL, GERYON_PS_PLACEMENT, GERYON_TLS, GERYON_COLLECTIVES,
 GERYON_MAX_RESTARTS, GERYON_PS_CHECKPOINT_EVERY, GERYON_PS_CHECKPOINT_DIR, GERYON_OVERLAP,
-GERYON_PLAIN_DDP.
+GERYON_PLAIN_DDP, GERYON_SYNC, GERYON_STRAGGLER.
 
 Ranks see RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (a TCPStore
 the launcher hosts; TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun), and GERYON_ROLE,
 GERYON_RANK_NAME, GERYON_WORKER_RANK / GERYON_SERVER_RANK, GERYON_WORKERS, GERYON_SERVERS,
 GERYON_MODE, GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_JOB_ID, GERYON_JOB_SECRET (for
 the transport to authenticate its connections), GERYON_BACKEND, GERYON_HOST_IP, GERYON_IFACE,
-GERYON_TIMELINE, GERYON_STORE_PREFIX, GERYON_COLLECTIVES, GERYON_RESTART_COUNT and torchrun's
-TORCHELASTIC_RESTART_COUNT (0 at the first start, n after the n-th restart), GERYON_PS_CHECKPOINT_EVERY,
-GERYON_PS_CHECKPOINT_DIR, with --tls GERYON_TLS_FILE or GERYON_TLS_CREDENTIALS (see
-geryon.envvars.JOB_VARIABLES).
+GERYON_TIMELINE, GERYON_STORE_PREFIX, GERYON_COLLECTIVES, GERYON_SYNC, GERYON_STRAGGLER,
+GERYON_RESTART_COUNT and torchrun's TORCHELASTIC_RESTART_COUNT (0 at the first start, n after the
+n-th restart), GERYON_PS_CHECKPOINT_EVERY, GERYON_PS_CHECKPOINT_DIR, with --tls GERYON_TLS_FILE or
+GERYON_TLS_CREDENTIALS (see geryon.envvars.JOB_VARIABLES).
 GERYON_TRANSPORT_TIMEOUT (inherited, not a flag): seconds without progress before the transport
 declares a peer dead (default 60).
 GERYON_CONNECT_TIMEOUT (inherited, not a flag): seconds a rank waits for its peers to come up when the

@@ -16,6 +16,7 @@ from geryon.collectives import GERYON, check_class_count, parse_collectives
 from geryon.errors import ConfigError, require_root
 from geryon.launch.hostfile import HostSpec, parse_hostfile
 from geryon.rates import parse_rate
+from geryon.syncmodes import parse_straggler, parse_sync
 from geryon.transport.policy import PLACEMENTS, POLICIES
 
 PRIORITY_SCHEMES = ("coarse", "search", "threshold=T")
@@ -36,6 +37,7 @@ ENV_TWINS = {
     "collectives": ev.COLLECTIVES, "tenants": ev.TENANTS, "tenant": ev.TENANT,
     "max_restarts": ev.MAX_RESTARTS, "ps_checkpoint_every": ev.PS_CHECKPOINT_EVERY,
     "ps_checkpoint_dir": ev.PS_CHECKPOINT_DIR, "overlap": ev.OVERLAP, "plain_ddp": ev.PLAIN_DDP,
+    "sync": ev.SYNC, "straggler": ev.STRAGGLER,
 }
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -76,6 +78,8 @@ class LaunchConfig:
     restart_count: int = 0                       # set by the launcher: this start's number (0: the first)
     ps_checkpoint_every: int = 0                 # ps mode: the servers checkpoint every K steps (0: never)
     ps_checkpoint_dir: str | None = None         # ps mode: absolute path of the servers' checkpoints
+    sync: str = "full"                           # allreduce mode: full | partial[:P] | partial-static[:P]
+    straggler: str | None = None                 # "RANK:FACTOR": one worker made FACTOR times slower
 
     @property
     def ranks(self) -> int:
@@ -166,6 +170,14 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                              "marked flows (default), one NCCL group per class with its own traffic class "
                              "(RoCE: DSCP << 2; nccl-ib: one InfiniBand service level per class), or one "
                              f"gloo group per class, unmarked (docs/nccl.md; {ev.COLLECTIVES})")
+    parser.add_argument("--sync", default=twin("sync"), metavar="full|partial[:P]|partial-static[:P]",
+                        help="allreduce mode: every worker averages every gradient (full, the default), or "
+                             "groups of P workers (default 4) average their models after local steps, "
+                             "groups formed from the workers ready first (partial) or by a fixed schedule "
+                             f"(partial-static); Ripples' partial allreduce (docs/partial-allreduce.md; {ev.SYNC})")
+    parser.add_argument("--straggler", default=twin("straggler"), metavar="RANK:FACTOR",
+                        help="make worker RANK FACTOR times slower: after each step it sleeps FACTOR - 1 "
+                             f"times the compute it just did ({ev.STRAGGLER})")
     parser.add_argument("--max-restarts", default=twin("max_restarts"), metavar="N",
                         help="when a rank or server fails, stop the job and start it again, up to N times "
                              f"(default 0; {ev.MAX_RESTARTS})")
@@ -277,6 +289,11 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     if plain_ddp and (mode != "allreduce" or overlap != "barrier" or collectives != GERYON):
         raise ConfigError("--plain-ddp runs the script's own DistributedDataParallel over gloo: it applies "
                           "to --mode allreduce with the default --overlap barrier and --collectives geryon only")
+    sync, straggler = check_sync(getattr(args, "sync", None), getattr(args, "straggler", None), mode,
+                                 collectives, workers)
+    if sync != "full" and (overlap != "barrier" or plain_ddp):
+        raise ConfigError(f"--sync {sync} averages models after each local step; --overlap and --plain-ddp "
+                          "change how full allreduce runs: drop them, or use --sync full")
     timeout = _seconds(args.timeout, "--timeout", allow_zero=False)
     max_restarts = _count(getattr(args, "max_restarts", None), "--max-restarts", minimum=0) or 0
     every, checkpoint_dir = _ps_checkpoints(args, mode, priority, ps_optimizer)
@@ -290,7 +307,7 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         ps_placement=ps_placement, overlap=overlap, plain_ddp=plain_ddp,
         tls=bool(getattr(args, "tls", False)), collectives=collectives, max_restarts=max_restarts,
         ps_checkpoint_every=every,
-        ps_checkpoint_dir=checkpoint_dir)
+        ps_checkpoint_dir=checkpoint_dir, sync=sync, straggler=straggler)
 
 
 def _ps_checkpoints(args, mode: str, priority: str, ps_optimizer: str) -> tuple[int, str | None]:
@@ -329,6 +346,20 @@ def _search_classes(priority: str, classes: str | None, max_classes: int) -> str
         raise ConfigError(f"--max-classes {max_classes} needs at least {max_classes} priority classes, but "
                           f"--classes {classes!r} has {count}; give more classes or a smaller --max-classes")
     return classes
+
+
+def check_sync(sync_text: str | None, straggler_text: str | None, mode: str, collectives: str,
+               workers: int) -> tuple[str, str | None]:
+    """Validate --sync and --straggler against the other flags; their canonical texts."""
+    sync = parse_sync(sync_text)
+    if sync.partial and mode != "allreduce":
+        raise ConfigError(f"--sync {sync.text()} applies to --mode allreduce only; in ps mode the servers "
+                          "keep one model")
+    if sync.partial and collectives != GERYON:
+        raise ConfigError(f"--sync {sync.text()} averages models over geryon's flows; drop --collectives "
+                          f"{collectives}, or use --sync full")
+    straggler = parse_straggler(straggler_text, workers)
+    return sync.text(), straggler.text() if straggler else None
 
 
 def check_collectives(text: str | None, mode: str, policy: str, classes: str | None, tls: bool) -> str:

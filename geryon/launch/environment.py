@@ -61,6 +61,8 @@ def job_environment(config: LaunchConfig, spec: RankSpec, master_addr: str, mast
         ev.PS_CHECKPOINT_DIR: config.ps_checkpoint_dir or "",
         ev.RESTART_COUNT: str(config.restart_count),
         ev.TORCH_RESTART_COUNT: str(config.restart_count),
+        ev.SYNC: config.sync,
+        ev.STRAGGLER: config.straggler or "",
         "WORLD_SIZE": str(config.workers),
     }
     if config.max_classes:

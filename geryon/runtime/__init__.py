@@ -4,6 +4,8 @@
   api          geryon.init() / geryon.distribute() / geryon.average() in the user's script
   ddp_sync     allreduce mode: DDP's buckets over geryon's ring allreduce, or per-class process groups
   class_groups --collectives nccl | nccl-ib | gloo-classes: one torch.distributed group per class
+  partial_sync --sync partial: groups of workers average their models after local steps (Ripples)
+  straggler    --straggler RANK:FACTOR: one worker made FACTOR times slower
   ps_sync      ps mode, worker side: push gradients / pull parameters, per-layer waits
   server       ps mode, server side: `python -m geryon.runtime.server`
   engines      under torchrun / Slurm: the store, the workers' process group, server ranks serving in init()

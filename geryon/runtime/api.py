@@ -113,7 +113,11 @@ def distribute(model, optimizer, job: RankEnv | None = None, **ddp_options):
         options.refuse_wrapped_in_ps(model)
         options.refuse_device_parameters_in_ps(model)
     timeline = rank_timeline(job.timeline, job.name)
+    if job.mode != "ps":   # before partial allreduce's own step hook: a slow worker is late to its group
+        _maybe_straggle(model, optimizer, job)
     model, optimizer = _synchronised(model, optimizer, job, timeline, ddp_options)
+    if job.mode == "ps":   # the optimizer that steps may be the stand-in that pushes to the servers
+        _maybe_straggle(model, optimizer, job)
     if job.mode == "ps":
         options.install_ps_stand_ins(model)
     if timeline is not None:  # after the PS waits, so that a layer's span starts when it can compute
@@ -130,6 +134,18 @@ def _synchronised(model, optimizer, job: RankEnv, timeline, ddp_options: dict):
             return model, _parameter_servers(model, optimizer, job, timeline)
         GradientAverageSync(model, optimizer, job).attach()
         return model, optimizer
+    from geryon.syncmodes import parse_sync
+
+    sync = parse_sync(job.sync)
+    if sync.partial and transport:
+        from geryon.runtime.partial_sync import attach_partial
+
+        if ddp_options:
+            raise ConfigError(f"--sync {sync.text()} keeps the model unwrapped (each worker steps alone, "
+                              f"then averages with its group), so DDP's options {sorted(ddp_options)} do "
+                              "not apply: drop them, or use --sync full")
+        attach_partial(model, optimizer, job, sync, timeline)
+        return model, optimizer
     if transport and job.overlap == "next-forward":
         from geryon.runtime.ddp_overlap import OverlappedAllreduce
 
@@ -142,6 +158,26 @@ def _synchronised(model, optimizer, job: RankEnv, timeline, ddp_options: dict):
 
         attach_geryon_hook(ddp, job, timeline, optimizer=optimizer)
     return ddp, optimizer
+
+
+def _maybe_straggle(model, optimizer, job: RankEnv) -> None:
+    """--straggler RANK:FACTOR: this worker, if it is RANK, computes FACTOR times slower."""
+    from geryon.syncmodes import parse_straggler
+
+    straggler = parse_straggler(job.straggler)
+    if straggler is not None and job.role != "server" and straggler.rank == job.rank and optimizer is not None:
+        from geryon.runtime.straggler import slow_down
+
+        slow_down(model, optimizer, straggler.factor)
+
+
+def average_replicas() -> None:
+    """With --sync partial: end it, every worker averaging its model with all the others, so every
+    replica is equal (call it on every worker before evaluating or saving; it also runs at exit).
+    Returns at once in any other mode, where the replicas are equal after every step."""
+    from geryon.runtime.partial_sync import average_replicas as finish
+
+    finish()
 
 
 def _parameter_servers(model, optimizer, job: RankEnv, timeline):

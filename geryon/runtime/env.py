@@ -72,6 +72,8 @@ class RankEnv:
     ps_checkpoint_every: int = 0            # ps mode: the servers checkpoint every K steps (0: never) ...
     ps_checkpoint_dir: str | None = None    # ... into this directory (geryon.runtime.server_checkpoint)
     resumed_step: int = 0                   # ps mode: the consistent step found there, where training resumes
+    sync: str = "full"                      # allreduce mode: full, partial[:P], partial-static[:P] (geryon.syncmodes)
+    straggler: str | None = None            # RANK:FACTOR: one worker made slower (geryon.runtime.straggler)
     # inherited from the launcher's environment
     transport_timeout: float = ev.DEFAULT_TRANSPORT_TIMEOUT_S
     connect_timeout: float | None = None    # TransportConfig.connect_timeout (None: transport_timeout)
@@ -140,6 +142,8 @@ class RankEnv:
             "restart_count": _int(env, ev.RESTART_COUNT, None) or _int(env, ev.TORCH_RESTART_COUNT, 0),
             "ps_checkpoint_every": _int(env, ev.PS_CHECKPOINT_EVERY, 0),
             "ps_checkpoint_dir": env.get(ev.PS_CHECKPOINT_DIR) or None,
+            "sync": env.get(ev.SYNC) or "full",
+            "straggler": env.get(ev.STRAGGLER) or None,
             "transport_timeout": _seconds(ev.TRANSPORT_TIMEOUT, env.get(ev.TRANSPORT_TIMEOUT) or "",
                                           ev.DEFAULT_TRANSPORT_TIMEOUT_S),
             "connect_timeout": _seconds(ev.CONNECT_TIMEOUT, env.get(ev.CONNECT_TIMEOUT) or "", None),

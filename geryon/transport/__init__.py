@@ -13,6 +13,7 @@ Modules, one job each:
   buckets          allreduce bucket plans and their digest
   prepared         what a repeated allreduce of the same tensors keeps between calls
   allreduce        AllreduceGroup: ring reduce-scatter + all-gather, deterministic reduction order
+  group_reduce     GroupReduce: an average among any subgroup of the workers, over a mesh of flows
   shards           PS shard plans (whole tensors round-robin, or slices spread over servers)
   ps_protocol      the PS protocol (push, pull, STEP, ABSENT) and the shard layout both sides share
   ps_server        ParameterServer: aggregates pushes, runs the optimizer on its shards, answers pulls
