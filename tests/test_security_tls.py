@@ -279,4 +279,8 @@ def test_bench_transport_reports_the_cost_of_tls():
     assert result.returncode == 0, result.stderr[-3000:]
     records = {r["system"]: r for r in map(json.loads, result.stdout.splitlines()) if "system" in r}
     for system in ("ps", "allreduce"):
-        assert records[f"{system}-tls"]["ratio_vs_plain"] > 0 and "ratio_vs_plain" not in records[system]
+        plain, tls = records[system], records[f"{system}-tls"]
+        assert "ratio_vs_plain" not in plain and tls["size_bytes"] == plain["size_bytes"]
+        # the ratio is TLS's goodput over the plain run's in the same bench, on the same emulated hosts
+        assert tls["ratio_vs_plain"] == pytest.approx(tls["goodput_bps"] / plain["goodput_bps"], rel=1e-9)
+        assert tls["goodput_bps"] == pytest.approx(tls["size_bytes"] * 8 / tls["seconds"], rel=1e-6)
