@@ -40,6 +40,7 @@ import logging
 import os
 import select
 import socket
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -109,6 +110,59 @@ def apply_socket_options(sock: socket.socket, options, rto_max_ms: int | None = 
             sock.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MIN_US, rto_min_us)
         except OSError:
             pass                # kernel before 6.15: a tail loss under incast waits 200 ms, still correct
+
+
+def tcp_sockets() -> set[int]:
+    """Inode numbers of this process's open TCP sockets (for `cap_retransmission_backoff`'s `skip`)."""
+    inodes = set()
+    for inode, sock in _tcp_sockets():
+        sock.close()
+        inodes.add(inode)
+    return inodes
+
+
+def cap_retransmission_backoff(rto_max_ms: int, skip=frozenset()) -> int:
+    """Cap TCP's retransmission backoff (TCP_RTO_MAX_MS) on this process's TCP sockets but those whose
+    inode is in `skip` (sockets that were open before, e.g. the user's own); returns how many it capped.
+
+    For connections geryon does not open itself, torch.distributed's gloo pairs: without the cap each
+    outage of a flapping link doubles their retransmission timeout (200 ms up to 120 s), and one that
+    has backed off to several seconds holds every collective on it that long after the link is back.
+    Best effort: a kernel before 6.15 has no such option and keeps its backoff.
+    """
+    capped = 0
+    for inode, sock in _tcp_sockets():
+        with sock:
+            if inode in skip:
+                continue
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS, rto_max_ms)
+                capped += 1
+            except OSError:
+                pass
+    return capped
+
+
+def _tcp_sockets():
+    """(inode, a duplicate socket object) for each open TCP socket of this process; the caller closes it."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            status = os.fstat(int(name))
+            if not stat.S_ISSOCK(status.st_mode):
+                continue
+            duplicate = os.dup(int(name))              # closing it leaves the owner's socket open
+        except (ValueError, OSError):
+            continue                                   # closed meanwhile (or the listing's own fd)
+        try:
+            sock = socket.socket(fileno=duplicate)
+        except OSError:
+            os.close(duplicate)
+            continue
+        inode = status.st_ino
+        if sock.type == socket.SOCK_STREAM and sock.family in (socket.AF_INET, socket.AF_INET6):
+            yield inode, sock
+        else:
+            sock.close()
 
 
 @dataclass(order=True)
