@@ -5,6 +5,11 @@
     torchrun --nproc-per-node 2 examples/train_resnet.py                     # plain torchrun
     python -m geryon.launch ... examples/train_resnet.py --checkpoint-dir ckpt --checkpoint-every 10
     python -m geryon.launch ... examples/train_resnet.py --resume ckpt/step-10.pt   # goes on from there
+    python -m geryon.launch --max-restarts 3 ... examples/train_resnet.py --checkpoint-dir ckpt
+        --checkpoint-every 10 --resume latest   # a restart goes on from the newest checkpoint
+    python -m geryon.launch --mode ps --max-restarts 3 --ps-checkpoint-every 10 --ps-checkpoint-dir ps-ckpt
+        examples/train_resnet.py                # the servers checkpoint; a restart resumes from them
+    python -m geryon.launch --local --nproc-per-node 4 examples/train_resnet.py --device cuda   # on GPUs
 
 What it has, as real scripts have it: a ResNet-style model (residual blocks, BatchNorm, convolutions
 without bias before a norm), AdamW with two parameter groups (weight decay on weights, none on biases
@@ -18,7 +23,9 @@ micro-batch, so the single-process run equal to W workers is `--grad-accum W` wi
 --batch-size: same images per step, same normalisation groups, same gradient. (BatchNorm's running
 statistics are the exception: DDP keeps worker 0's, a single process sees every micro-batch.)
 Step s always trains on the same images (the order is a function of the seed and s), so a resumed
-run sees exactly the batches of an uninterrupted one. `--out FILE` (rank 0) saves the final model
+run sees exactly the batches of an uninterrupted one: from `--resume FILE`'s step, or in ps mode
+from the servers' own checkpoint (`ctx.resumed_step`; the schedule is advanced to it, the model and
+the optimizer state come from the servers). `--out FILE` (rank 0) saves the final model
 state; `--log-json` prints one JSON object per step and one at the end.
 """
 
@@ -28,12 +35,15 @@ import json
 import math
 import os
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import geryon
+from geryon.errors import ConfigError
+from geryon.runtime.device import DEVICE_CHOICES, select_device
 
 CLASSES = 10
 
@@ -152,13 +162,28 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     parser.add_argument("--checkpoint-dir", default=None, help="where rank 0 writes step-<s>.pt")
     parser.add_argument("--checkpoint-every", type=int, default=0, metavar="K", help="checkpoint every K steps")
-    parser.add_argument("--resume", default=None, metavar="FILE", help="go on from this checkpoint")
+    parser.add_argument("--resume", default=None, metavar="FILE|latest",
+                        help="go on from this checkpoint; latest: the newest in --checkpoint-dir, if any (a job "
+                             "restarted by --max-restarts goes on from its last checkpoint)")
     parser.add_argument("--out", default=None, metavar="FILE", help="rank 0 saves the final model state here")
     parser.add_argument("--log-json", action="store_true")
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
+                        help="where the model trains: auto (the rank's GPU when there is one), cpu, cuda")
     args = parser.parse_args(argv)
     if args.checkpoint_every and not args.checkpoint_dir:
         parser.error("--checkpoint-every needs --checkpoint-dir")
+    if args.resume == "latest":
+        if not args.checkpoint_dir:
+            parser.error("--resume latest needs --checkpoint-dir")
+        args.resume = latest_checkpoint(args.checkpoint_dir)
     return args
+
+
+def latest_checkpoint(folder: str) -> str | None:
+    """The newest step-<s>.pt in `folder` (None when there is none yet: the job starts afresh)."""
+    steps = [int(name[5:-3]) for name in (os.listdir(folder) if os.path.isdir(folder) else ())
+             if name.startswith("step-") and name.endswith(".pt") and name[5:-3].isdigit()]
+    return os.path.join(folder, f"step-{max(steps)}.pt") if steps else None
 
 
 def batch_size(args, workers: int) -> int:
@@ -177,14 +202,21 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     job = geryon.init()
+    try:
+        device = select_device(args.device, job.local_rank)
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from None
     local = batch_size(args, job.world_size)
     step_batch = local * args.grad_accum * job.world_size
 
     images, labels = make_dataset(args.train_size, seed=args.seed)
     test_images, test_labels = make_dataset(args.test_size, seed=args.seed + 1)
+    images, labels, test_images, test_labels = (t.to(device) for t in (images, labels, test_images, test_labels))
     torch.manual_seed(args.seed)
-    model = ResNet(args.width)
-    checkpoint = torch.load(args.resume, weights_only=True) if args.resume else None
+    model = ResNet(args.width).to(device)
+    # a server checkpoint to resume from (ps mode) is this job's latest state: it wins over --resume
+    resume = args.resume if not job.resumed_step else None
+    checkpoint = torch.load(resume, weights_only=True, map_location=device) if resume else None
     if checkpoint is not None:  # before distribute(): every worker starts from the checkpoint
         model.load_state_dict(checkpoint["model"])
     optimizer = torch.optim.AdamW(parameter_groups(model, args.weight_decay), lr=args.lr)
@@ -195,11 +227,17 @@ def main(argv=None) -> None:
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
         first = checkpoint["step"]
+    elif job.resumed_step:   # ps mode: the servers resumed from their checkpoint of this step
+        first = job.resumed_step
+        with warnings.catch_warnings():   # the schedule of the steps done, before this start's first step()
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(first):
+                scheduler.step()
     accumulating = getattr(model, "no_sync", None) if job.distributed else None
 
     started = time.perf_counter()
     for step in range(first, args.steps):
-        index = step_indices(step, args.train_size, step_batch, args.seed)
+        index = step_indices(step, args.train_size, step_batch, args.seed).to(device)
         optimizer.zero_grad()
         total = 0.0
         for micro in range(args.grad_accum):

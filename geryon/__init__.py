@@ -11,7 +11,7 @@ Sub-packages, one job each (imports flow one way: the launcher composes the othe
 
 __version__ = "0.1.0"
 
-_API = ("init", "distribute", "average", "context", "clip_grad_norm_")
+_API = ("init", "distribute", "average", "context", "clip_grad_norm_", "wait_parameters")
 
 
 def __getattr__(name):

@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 from geryon.errors import GeryonError
+from geryon.netnames import netns_path
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
-NETNS_DIR = "/run/netns"
 _EOF = object()
 STACKS_CHARS = 4000  # stderr shown when a hung child was aborted: its threads' stacks
 
@@ -45,7 +45,7 @@ def in_netns(netns: str | None, argv: list[str]) -> list[str]:
     """`argv` run inside network namespace `netns` (nsenter execs it: the PID stays the command's)."""
     if not netns:
         return list(map(str, argv))
-    return ["nsenter", f"--net={NETNS_DIR}/{netns}", "--", *map(str, argv)]
+    return ["nsenter", f"--net={netns_path(netns)}", "--", *map(str, argv)]
 
 
 def child_env(extra: dict | None = None) -> dict[str, str]:

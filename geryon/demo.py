@@ -15,9 +15,7 @@ DSCP-marked flow that the switch serves first. Both runs train the same model on
 so their losses are equal; only the time differs. Iteration time is the mean over iterations 2..N
 (the first includes setup). It needs root (network namespaces); the whole demo takes ~2 minutes.
 
-Measured times: docs/measurements.md.
-
-The priority check that used to be the demo is `geryon emulate check`.
+Measured times: docs/transport.md. The priority check on its own is `geryon emulate check`.
 """
 
 import json
@@ -27,7 +25,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from geryon.errors import ConfigError, GeryonError, PermissionNeeded
+from geryon.errors import ConfigError, GeryonError, require_root
 from geryon.examples import script
 
 EXAMPLE = script("train_cnn")  # shipped in the package: the demo runs from any directory
@@ -154,9 +152,7 @@ def format_table(runs: list[DemoRun]) -> str:
 
 
 def run_from_args(args) -> int:
-    if os.geteuid() != 0:
-        raise PermissionNeeded("geryon demo builds an emulated cluster in network namespaces and needs "
-                               "root; run it with sudo")
+    require_root("geryon demo (an emulated cluster in network namespaces)")
     if not EXAMPLE.is_file():
         raise ConfigError(f"the demo runs {EXAMPLE}, which is missing: reinstall geryon")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]

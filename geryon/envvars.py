@@ -27,8 +27,16 @@ GRACE = "GERYON_GRACE"
 MAX_CLASSES = "GERYON_MAX_CLASSES"   # --priority search over K classes (the launcher sets SEARCH_CLASSES)
 PS_OPTIMIZER = "GERYON_PS_OPTIMIZER"
 PS_PULL = "GERYON_PS_PULL"
+# the values the job variables take, checked by the launcher (its flags) and by the rank (RankEnv)
+MODES = ("allreduce", "ps")                        # MODE
+PS_OPTIMIZER_MODES = ("auto", "server", "worker")  # PS_OPTIMIZER
+PS_PULL_MODES = ("auto", "end", "ahead")           # PS_PULL
 PS_PLACEMENT = "GERYON_PS_PLACEMENT"
 TLS = "GERYON_TLS"                   # --tls: TLS on the data flows, per-job credentials
+COLLECTIVES = "GERYON_COLLECTIVES"   # --collectives: what carries allreduce mode's buckets (geryon.collectives)
+MAX_RESTARTS = "GERYON_MAX_RESTARTS"             # --max-restarts: restarts of a failed job
+PS_CHECKPOINT_EVERY = "GERYON_PS_CHECKPOINT_EVERY"   # ps mode: the servers checkpoint every K steps ...
+PS_CHECKPOINT_DIR = "GERYON_PS_CHECKPOINT_DIR"       # ... into this directory (geryon.runtime.server_checkpoint)
 
 # -- what the launcher gives every rank (besides torch's RANK, WORLD_SIZE, MASTER_ADDR, ...) -----------
 ROLE = "GERYON_ROLE"
@@ -43,6 +51,13 @@ IFACE = "GERYON_IFACE"
 STORE_PREFIX = "GERYON_STORE_PREFIX"
 TLS_FILE = "GERYON_TLS_FILE"                 # --tls: the job's key + certificate, a 0600 file (local, emulate)
 TLS_CREDENTIALS = "GERYON_TLS_CREDENTIALS"   # --tls over SSH: the same, base64, read from the channel's stdin
+RESTART_COUNT = "GERYON_RESTART_COUNT"       # 0 at the first start, n after the n-th restart
+TORCH_RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"   # torchrun's name for the same number
+
+# -- set by the job spec when another engine starts the ranks (torchrun, Slurm, Kubernetes; docs/engines.md)
+JOB_SECRET_FILE = "GERYON_JOB_SECRET_FILE"   # a file holding the job secret (a mounted Kubernetes Secret)
+CONFIG = "GERYON_CONFIG"                     # a TOML file of job settings (keys: the variables' names)
+SERVERS_PER_NODE = "GERYON_SERVERS_PER_NODE"   # ps mode: the first P local ranks of every node serve
 
 JOB_VARIABLES = {
     ROLE: "worker or server",
@@ -65,8 +80,12 @@ JOB_VARIABLES = {
     PS_OPTIMIZER: "ps mode: auto, server or worker (who runs the optimizer)",
     PS_PULL: "ps mode: auto, end or ahead (when a worker asks for the next parameters)",
     PS_PLACEMENT: "ps mode: bytes or count (how slices are dealt over the servers)",
+    COLLECTIVES: "allreduce mode: geryon, nccl, nccl-ib:SL,... or gloo-classes (what carries the buckets)",
     TLS_FILE: "--tls: a 0600 file with the job's TLS key and certificate (PEM)",
     TLS_CREDENTIALS: "--tls over SSH: the job's TLS key and certificate, base64 PEM (sent on stdin)",
+    RESTART_COUNT: "how many times the launcher restarted the job (0 at the first start)",
+    PS_CHECKPOINT_EVERY: "ps mode: the servers checkpoint every K steps (0: never)",
+    PS_CHECKPOINT_DIR: "ps mode: the directory of the servers' checkpoints (empty: none)",
 }
 
 # -- inherited by ranks from the launcher's environment (no flag) ---------------------------------------
@@ -87,7 +106,7 @@ SEARCH_VARIABLES = (SEARCH_CANDIDATES, SEARCH_ITERS, SEARCH_WARMUP, SEARCH_BUDGE
 
 # -- tools outside a job ----------------------------------------------------------------------------------
 PROFILES = "GERYON_PROFILES"     # a directory of per-layer .dag profiles (else the packaged ones)
-STATE_DIR = "GERYON_STATE_DIR"   # where emulate/netconf keep their state (default /run/geryon)
+STATE_DIR = "GERYON_STATE_DIR"   # where emulate/netconf keep their state (geryon.netnames.state_base)
 
 # -- defaults both halves agree on ------------------------------------------------------------------------
 DEFAULT_POLICY = "geryon"

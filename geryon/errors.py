@@ -1,4 +1,9 @@
-"""Typed errors a user can hit; each message says what went wrong and what to do next."""
+"""Typed errors a user can hit; each message says what went wrong and what to do next.
+
+`require_root` is the one check for root before namespaces, tc or raw sockets are touched.
+"""
+
+import os
 
 
 class GeryonError(Exception):
@@ -35,6 +40,12 @@ class NameInUse(EmulationError):
 
 class PermissionNeeded(GeryonError):
     """The operation needs root (CAP_NET_ADMIN)."""
+
+
+def require_root(action: str, next_step: str = "run it with sudo") -> None:
+    """Raise PermissionNeeded ("`action` needs root; `next_step`") unless this process runs as root."""
+    if os.geteuid() != 0:
+        raise PermissionNeeded(f"{action} needs root; {next_step}")
 
 
 class LaunchError(GeryonError):
@@ -91,3 +102,7 @@ class ApplyError(NetconfError):
 
 class RemoteError(NetconfError):
     """Connecting to, or running a command on, a managed host or switch failed."""
+
+
+class CollectivesUnavailable(ConfigError):
+    """A --collectives choice this PyTorch or NCCL cannot provide (no NCCL, no per-communicator traffic class)."""

@@ -18,12 +18,24 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 def pytest_collection_modifyitems(config, items):
+    if any("cuda" in item.keywords for item in items) and not _cuda_available():
+        no_gpu = pytest.mark.skip(reason="needs a CUDA GPU: torch.cuda.is_available() is false here "
+                                         "(scripts/gpu-check.sh runs these on a GPU machine)")
+        for item in items:
+            if "cuda" in item.keywords:
+                item.add_marker(no_gpu)
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason="needs root (network namespaces and tc)")
     for item in items:
         if "root" in item.keywords:
             item.add_marker(skip)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -193,3 +194,29 @@ def run_single_process(*args, timeout: float = 120) -> list[dict]:
     result = run_stoppable([PYTHON, str(EXAMPLE), *args], timeout)
     assert result.returncode == 0, result.stderr
     return json_records(result.stdout.splitlines())
+
+
+def run_launcher_killing(*args, victim: str, when: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run the launcher and SIGKILL rank `victim` (worker1, server0, ...) of the job's first start as soon
+    as a line of its output contains `when`; the run to its end, stdout and stderr as text."""
+    process = subprocess.Popen(launcher_argv(*args), cwd=REPO, env=clean_env(), text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    stopper = threading.Timer(timeout, os.killpg, (process.pid, signal.SIGKILL))
+    stopper.start()
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True)
+    reader.start()
+    lines, killed = [], False
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if not killed and when in line:
+                os.kill(rank_pid(process.pid, victim), signal.SIGKILL)   # the only one yet: the first start's
+                killed = True
+        process.wait()
+        reader.join()
+    finally:
+        stopper.cancel()
+    assert killed, f"no output line with {when!r}; stderr:\n{''.join(errors)[-3000:]}"
+    return subprocess.CompletedProcess(process.args, process.returncode, "".join(lines), "".join(errors))
+

@@ -3,7 +3,7 @@
 from dataclasses import replace
 from pathlib import Path
 
-from geryon.netconf.profile import builtin_profile, load_profile
+from geryon.netconf.qos_profile import builtin_profile, load_profile
 from geryon.netconf.render import TARGETS, render
 
 GOLDEN = Path(__file__).parent / "golden" / "qos"

@@ -210,8 +210,8 @@ def test_a_receiving_flow_lands_every_piece_in_one_scratch_buffer_made_and_touch
     """The reduce-scatter scratch of a receiving flow is made at its first slice, as large as the
     largest rate-sized piece (max_slice_bytes) and zero-filled, then reused while the pieces grow
     with the learned rate: growing it with them gave the first collective with larger pieces fresh
-    memory to land in, 15-30 ms slower at 1 Gbit/s (docs/transport-profile.md, twenty-eighth
-    session). Still bit-exact."""
+    memory to land in, 15-30 ms slower at 1 Gbit/s (docs/transport.md).
+    Still bit-exact."""
     config = TransportConfig(secret="t", slice_bytes=1024, max_slice_bytes=8192, slice_seconds=1.0,
                              bucket_bytes=1 << 20)
     generator = torch.Generator().manual_seed(11)

@@ -13,7 +13,7 @@ from geryon.runtime.ddp_sync import BucketPriorities
 from geryon.runtime.priorities import (agree_on_assignment, assignment_for, decide_priorities,
                                       definition_order_ranking, tensor_priorities)
 from geryon.runtime.ps_sync import decode_spec, encode_spec
-from geryon.transport.ps_optim import describe_optimizer
+from geryon.transport.server_optimizer import describe_optimizer
 
 
 class Net(nn.Module):

@@ -5,9 +5,10 @@ import torch
 
 from geryon.bench.paper import PaperSettings, parse_params, policy_transport
 from geryon.bench.paper_cli import settings_from_args
-from geryon.bench.paper_math import (CONTROL, PaperScale, calibration_step, make_row, paper_efficiency,
-                                     rotated, scaling_efficiency, slowest_per_iteration, summarize)
+from geryon.bench.paper_math import (CONTROL, PaperScale, calibration_step, make_row, rotated, scaling_efficiency,
+                                     slowest_per_iteration, summarize)
 from geryon.bench.paper_report import markdown_report, plot_paper
+from geryon.sim.paper import paper_efficiency
 from geryon.cli import build_parser
 from geryon.errors import ConfigError
 from geryon.transport.policy import get_policy
@@ -76,6 +77,8 @@ def test_row_has_the_fields_and_the_paper_figure():
     assert row["error_points"] == pytest.approx(-4.6)
     assert row["bw_bits"] == 10e9 and row["link_rate_bits"] == 100_000_000
     assert paper_efficiency("vgg19", "10gbe", "endhost") is None
+    assert paper_efficiency("vgg19", "40gbe", "slicing") == 0.853   # (model, link, policy), as the rows say
+    assert paper_efficiency("alexnet", None, "geryon") is None
     control = make_row(model="vgg19", link="none", policy=CONTROL, workers=8, layout="colocated",
                        congestion="bbr", times=[1.0], compute_s=0.98, batch=32, scale=scale, vanilla_s=None)
     assert control["bw_bits"] is None and control["paper_scaling_efficiency"] is None
@@ -173,7 +176,7 @@ def test_markdown_and_chart(tmp_path):
     rows.append(make_row(model="vgg19", link="none", policy=CONTROL, workers=8, layout="colocated",
                          congestion="bbr", times=[1.62], compute_s=1.6, batch=32, scale=scale, vanilla_s=None,
                          extra={"control_of": "geryon", "link_rate_bits": 10**10, "cpu_roles_cores": 0.3,
-                                "cpu_machine_share": 0.9}))
+                                "cpu_machine_cores": 16, "cpu_machine_share": 0.9}))
     slicing = [make_row(policy=p, times=[t], **common, extra={"slice_params": 1048576,
                                                               "paper_images_per_s": 279.2 if p == "geryon" else 272.0,
                                                               "paper_geryon_over_endhost": 279.2 / 272.0})
@@ -184,5 +187,6 @@ def test_markdown_and_chart(tmp_path):
     text = markdown_report(record)
     assert "**11.000**" in text and "| vgg19 | 10gbe | bbr | geryon | 1.700" in text
     assert "94.6%" in text and "Control (vgg19" in text and "| 1024K | bbr |" in text
+    assert "used 0.30 of the 16 cores, the machine was 90% busy" in text  # the record's machine, not this one
     plot_paper(record, tmp_path / "paper.png")
     assert (tmp_path / "paper.png").stat().st_size > 1000

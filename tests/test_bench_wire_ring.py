@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from geryon.bench.transport_roles import _stream, ring_link_bytes
+from geryon.bench.transport_roles import send_right_receive_left, ring_link_bytes
 from geryon.errors import TransportError
 
 
@@ -21,7 +21,7 @@ def test_stream_sends_and_reads_exactly_the_count_through_buffers_smaller_than_i
     out = memoryview(bytearray(b"\x07" * 1000))
     inbox = memoryview(bytearray(1000))
     with right, left, ThreadPoolExecutor(1) as pool:
-        _stream(right, left, 12_345, out, inbox, pool)
+        send_right_receive_left(right, left, 12_345, out, inbox, pool)
         right.setblocking(False)
         left.setblocking(False)
         with pytest.raises(BlockingIOError):
@@ -37,4 +37,4 @@ def test_a_neighbour_that_closes_mid_stream_is_a_transport_error_naming_the_coun
     sender.close()                        # the left neighbour sent 100 of 10000 bytes, then went away
     with receiver, right, far, ThreadPoolExecutor(1) as pool:
         with pytest.raises(TransportError, match="after 100 of 10000 bytes"):
-            _stream(right, receiver, 10_000, out, inbox, pool)
+            send_right_receive_left(right, receiver, 10_000, out, inbox, pool)

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from geryon.bench.diff import diff_rows
 from launch_support import REPO, clean_env
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -91,6 +92,10 @@ def test_bench_allreduce_interleaved_times_one_collective_per_launch_in_turn():
         assert sorted(record[prefix + "tcp_counters"]) == ["h1", "h2"]
     assert record["seconds"] == sorted(record["all_seconds"])[1] and record["ratio_vs_gloo"] > 0
     assert record["cpu_s_per_gb"] > 0 and record["machine_cpu_s_per_gb"] >= 0
+    # the row is what `geryon bench diff` reads: against itself every timed figure's ratio is 1
+    diffs, only_a, only_b = diff_rows([record], [record])
+    assert {d.figure for d in diffs} == {"seconds", "gloo_seconds", "wire_ring_seconds"} and not only_a + only_b
+    assert all(d.ratio == 1.0 and d.p_value == 1.0 and (d.a_count, d.b_count) == (2, 2) for d in diffs)
 
 
 def test_bench_allreduce_runs_both_systems_at_the_asked_mtu():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from geryon.categorize.model import IterationModel, Tensor, _serve_strict_priority
+from geryon.categorize.model import IterationModel, Tensor, serve_strict_priority
 from geryon.categorize.profiles import resolve_profile
 from geryon.errors import ConfigError
 
@@ -28,9 +28,9 @@ def test_slides_recursion_by_hand():
 def test_strict_priority_link_preempts_and_keeps_fifo_within_a_class():
     # (ready, class, sequence, duration)
     jobs = [(0.0, 1, 0, 4.0), (1.0, 0, 1, 1.0), (1.5, 1, 2, 1.0)]
-    assert _serve_strict_priority(jobs) == pytest.approx([5.0, 2.0, 6.0])
+    assert serve_strict_priority(jobs) == pytest.approx([5.0, 2.0, 6.0])
     same_class = [(0.0, 0, 0, 4.0), (1.0, 0, 1, 1.0)]
-    assert _serve_strict_priority(same_class) == pytest.approx([4.0, 5.0])
+    assert serve_strict_priority(same_class) == pytest.approx([4.0, 5.0])
 
 
 def test_priority_model_by_hand():

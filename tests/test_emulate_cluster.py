@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from geryon import envvars
 from geryon.emulate import EmulatedCluster, Host, clean
 from geryon.emulate import fabric, state
 from geryon.errors import ConfigError, EmulationError, NameInUse
@@ -162,7 +163,7 @@ def test_leftover_namespace_blocks_the_name(unique_name):
 
 
 def test_state_dir_is_overridable(unique_name, tmp_path, monkeypatch):
-    monkeypatch.setenv(state.STATE_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(envvars.STATE_DIR, str(tmp_path))
     with EmulatedCluster(unique_name, hosts=2):
         assert (tmp_path / "clusters" / f"{unique_name}.json").exists()
     assert not os.listdir(tmp_path / "clusters")

@@ -11,7 +11,7 @@ from geryon.emulate import EmulatedCluster
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 TOLERANCE = 0.10
-ATTEMPTS = 3  # other test runs share the 2 cores; the best of a few measures the shaper, not the load
+ATTEMPTS = 3  # other test runs share the cores; the best of a few measures the shaper, not the load
 
 
 def measured_rate(cluster, src, dst, seconds=3, port=5201):

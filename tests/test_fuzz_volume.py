@@ -20,7 +20,8 @@ import torch
 from geryon.errors import GeryonError, ProtocolError
 from geryon.transport.config import TransportConfig
 from geryon.transport.handshake import dial_handshake
-from geryon.transport.ps import ParameterServer, PSWorker
+from geryon.transport.ps_server import ParameterServer
+from geryon.transport.ps_worker import PSWorker
 from geryon.transport.wire import (CONTINUATION, CONTINUATION_TAG, CONTROL_KINDS, HEADER, MAGIC,
                                    PROTOCOL_VERSION, Kind, decode_header, encode_control)
 

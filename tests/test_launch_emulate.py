@@ -60,3 +60,14 @@ def test_ctrl_c_removes_the_cluster(tmp_path):
         time.sleep(0.2)
     assert namespaces_of(job) == []
     assert_no_processes(word)
+
+
+def test_a_failing_job_restarts_on_a_fresh_cluster_then_gives_up(tmp_path):
+    """--max-restarts on the emulated backend: each start gets its own cluster, removed after it."""
+    script = tmp_path / "fail.py"
+    script.write_text("import os, sys\nprint('start', os.environ['GERYON_RESTART_COUNT'], flush=True)\nsys.exit(3)\n")
+    result = run_launcher("--emulate", "--workers", "1", "--max-restarts", "1", script, timeout=120)
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert rank_lines(result.stdout, "worker0") == ["start 0", "start 1"]
+    assert "error: worker0 failed with exit code 3; gave up after 1 restart (after" in result.stderr
+    assert namespaces_of(job_id(result.stderr)) == []

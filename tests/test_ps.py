@@ -8,7 +8,8 @@ import torch
 
 from geryon.errors import ProtocolError
 from geryon.transport.config import TransportConfig
-from geryon.transport.ps import ParameterServer, PSWorker
+from geryon.transport.ps_server import ParameterServer
+from geryon.transport.ps_worker import PSWorker
 
 
 def run_ps(workers, servers, params, config, priorities, work, worker_class=PSWorker, **sgd):
@@ -140,8 +141,8 @@ def test_servers_and_workers_placing_slices_differently_are_refused():
     ("NAdam", dict(lr=0.01)), ("Rprop", dict(lr=0.01))])
 def test_server_update_is_bit_exact_torch_optim(cls, settings):
     """A shard's update equals the user's torch.optim class on the whole tensor, bit for bit."""
-    from geryon.transport.ps import _ServerShard, _StepPlan
-    from geryon.transport.ps_optim import describe_optimizer
+    from geryon.transport.ps_server import ServerShard, StepPlan
+    from geryon.transport.server_optimizer import describe_optimizer
     from geryon.transport.shards import Shard
 
     torch.manual_seed(3)
@@ -149,7 +150,7 @@ def test_server_update_is_bit_exact_torch_optim(cls, settings):
     reference = torch.nn.Parameter(start.clone())
     optimizer = getattr(torch.optim, cls)([reference], **settings)
     spec = describe_optimizer(optimizer, [reference])
-    halves = [_ServerShard(Shard(0, offset, length, 0, 0, 0), start[offset:offset + length], 1, spec, 0)
+    halves = [ServerShard(Shard(0, offset, length, 0, 0, 0), start[offset:offset + length], 1, spec, 0)
               for offset, length in ((0, 128), (128, 129))]
     for _ in range(5):
         grad = torch.randn(257)
@@ -157,21 +158,21 @@ def test_server_update_is_bit_exact_torch_optim(cls, settings):
         optimizer.step()
         for half in halves:
             o, n = half.shard.offset, half.shard.length
-            half.update(grad[o:o + n].clone(), _StepPlan(), spec, [0])
+            half.update(grad[o:o + n].clone(), StepPlan(), spec, [0])
         assert torch.equal(torch.cat([h.param for h in halves]), reference.detach())
 
 
 def test_a_shards_mean_gradient_is_exact_and_lands_in_one_buffer_made_at_its_first_update():
     """The mean of the workers' gradients, summed in worker order then divided, bit for bit, in the
     same buffer at every update (a fresh one per update cost page faults for big shards)."""
-    from geryon.transport.ps import _ServerShard
-    from geryon.transport.ps_optim import describe_optimizer
+    from geryon.transport.ps_server import ServerShard
+    from geryon.transport.server_optimizer import describe_optimizer
     from geryon.transport.shards import Shard
 
     torch.manual_seed(5)
     value = torch.nn.Parameter(torch.randn(1000))
     spec = describe_optimizer(torch.optim.SGD([value], lr=0.1), [value])
-    shard = _ServerShard(Shard(0, 0, 1000, 0, 0, 0), value.detach(), 3, spec, 0)
+    shard = ServerShard(Shard(0, 0, 1000, 0, 0, 0), value.detach(), 3, spec, 0)
     assert shard.mean is None
     means = []                         # held, so a fresh tensor per update could not reuse memory
     for _ in range(3):

@@ -1,6 +1,6 @@
 """The pure-ACK class of QoS profiles (`ack_priority = off|top|own`): parsing and its errors, golden output
 per target, what each target can and cannot match (refusals and warnings), OpenConfig validated by yanglint
-against ../shared/yang (skipped without it), the Linux rendering accepted by tc in a namespace, and the EOS
+against the models vendored in tests/yang, the Linux rendering accepted by tc in a namespace, and the EOS
 session (apply, read back, idempotent) through a real sshd stand-in."""
 
 import json
@@ -17,7 +17,7 @@ from test_qos_vendor_session import fake_switch  # noqa: F401  (the sshd stand-i
 from geryon.cli import main
 from geryon.errors import QosProfileError, TargetLimitError
 from geryon.netconf.plan import ROOT, AckFilterOp, build_priority_plan
-from geryon.netconf.profile import builtin_profile, load_profile, resolve_profile, validate_profile
+from geryon.netconf.qos_profile import builtin_profile, load_profile, resolve_profile, validate_profile
 from geryon.netconf.render import render
 from geryon.netconf.render.linux import build_plan
 from geryon.netconf.session import build_session
@@ -148,11 +148,12 @@ def test_junos_filter_matches_exactly_ack_and_length():
     assert "set interfaces xe-0/0/0 unit 0 family inet filter input GERYON-ACK\n" in text
 
 
-def test_nxos_ack_class_comes_first_in_the_qos_policy():
+def test_nxos_ack_class_comes_before_the_classes_after_network_control():
     text = ack_rendering("nxos", "top").text
     assert "ip access-list GERYON-ACK\n  10 permit tcp any any ack packet-length lt 128\n" in text
     assert "class-map type qos match-any GERYON-PURE-ACK\n  match access-group name GERYON-ACK\n" in text
-    assert "policy-map type qos GERYON-IN\n  class GERYON-PURE-ACK\n    set qos-group 7\n  class GERYON-high\n" in text
+    assert ("policy-map type qos GERYON-IN\n  class GERYON-control\n    set qos-group 7\n  class GERYON-PURE-ACK\n"
+            "    set qos-group 6\n  class GERYON-high\n") in text  # the top class moved to 6 below control
 
 
 def test_openconfig_terms_cover_every_pure_ack_length():
@@ -165,8 +166,10 @@ def test_openconfig_terms_cover_every_pure_ack_length():
                ["openconfig-packet-match-types:TCP_ACK"] for t in acks)
     assert max(t["conditions"]["ipv6"]["config"]["length"] for t in v6["terms"]["term"]
                if t["id"].startswith("pure-ack-")) == 60
-    first = qos["scheduler-policies"]["scheduler-policy"][0]["schedulers"]["scheduler"][0]
-    assert first["config"]["priority"] == "STRICT" and first["one-rate-two-color"]["config"]["cir-pct"] == 5
+    control, ack = qos["scheduler-policies"]["scheduler-policy"][0]["schedulers"]["scheduler"][:2]
+    assert control["inputs"]["input"][0]["id"] == "geryon-control"  # network control first, then the ACKs
+    assert ack["config"]["priority"] == "STRICT" and ack["one-rate-two-color"]["config"]["cir-pct"] == 5
+    assert ack["inputs"]["input"][0]["id"] == "geryon-ack" and ack["sequence"] == 1
     assert {"name": "geryon-ack", "config": {"name": "geryon-ack", "queue-id": 6}} in qos["queues"]["queue"]
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from geryon.errors import QosProfileError, TargetLimitError
-from geryon.netconf.profile import (builtin_profile, check_target, load_profile, percentages,
+from geryon.netconf.qos_profile import (builtin_profile, check_target, load_profile, percentages,
                                     profile_from_classes, resolve_profile)
 from geryon.netconf.render import render, target_module
 
@@ -59,7 +59,7 @@ def test_builtins_and_class_spec():
     assert [c.queue for c in four.classes] == [7, 5, 2, 0]
     spec = profile_from_classes("high:46,mid:26,low:0")
     assert [(c.name, c.queue, c.scheduler, c.weight) for c in spec.classes] == [
-        ("high", 7, "strict", None), ("mid", 4, "weighted", 20), ("low", 0, "weighted", 10)]
+        ("high", 7, "strict", None), ("mid", 5, "weighted", 20), ("low", 0, "weighted", 10)]  # clear of 3 and 4
     assert resolve_profile(classes="high:46,low:0", ports=["eth1"]).ports == ("eth1",)
 
 
@@ -91,27 +91,29 @@ def test_not_toml_and_missing_file(tmp_path):
 
 
 def test_strict_below_weighted_is_rejected():
-    from geryon.netconf.profile import QosClass, QosProfile, validate_profile
+    from geryon.netconf.qos_profile import QosClass, QosProfile, validate_profile
     with pytest.raises(QosProfileError, match="listed below weighted"):
         validate_profile(QosProfile("x", (QosClass("a", (0,), 5, "weighted", 10),
                                           QosClass("b", (46,), 4, "strict")), "a"))
 
 
 def test_target_limits_strict_queues_and_weights():
-    from geryon.netconf.profile import QosClass, QosProfile, validate_profile
-    two_strict = validate_profile(QosProfile("x", (QosClass("a", (46,), 7, "strict"), QosClass("b", (40,), 6, "strict"),
+    from geryon.netconf.qos_profile import QosClass, QosProfile, validate_profile
+    two_strict = validate_profile(QosProfile("x", (QosClass("a", (46,), 6, "strict"), QosClass("b", (40,), 5, "strict"),
                                                    QosClass("c", (0,), 0, "weighted", 100)), "c"))
     for target in ("junos", "nxos"):
         with pytest.raises(TargetLimitError, match="strict queue"):
             render(two_strict, target)
-    assert render(two_strict, "sonic").data["SCHEDULER"]["GERYON_Q6"] == {"type": "STRICT"}
-    lopsided = validate_profile(QosProfile("y", (QosClass("a", (46,), 7, "strict"),
-                                                 *(QosClass(f"w{i}", (i + 1,), 6 - i, "weighted", 100)
-                                                   for i in range(5)),
+    assert render(two_strict, "sonic").data["SCHEDULER"]["GERYON_Q5"] == {"type": "STRICT"}
+    def lopsided(lossless):
+        return validate_profile(QosProfile("y", (QosClass("a", (46,), 7, "strict"),
+                                                 *(QosClass(f"w{i}", (i + 1,), q, "weighted", 100, lossless=lossless(q))
+                                                   for i, q in enumerate((5, 4, 3, 2, 1))),
                                                  QosClass("z", (0,), 0, "weighted", 1)), "z"))
     with pytest.raises(TargetLimitError, match="below 1% of the total"):
-        check_target(lopsided, target_module("nxos").LIMITS)
-    check_target(lopsided, target_module("sonic").LIMITS)  # SONiC takes raw DWRR weights 1..100
+        check_target(lopsided(lambda q: False), target_module("nxos").LIMITS)
+    # SONiC takes raw DWRR weights 1..100 (its queues 3 and 4 are lossless by default)
+    check_target(lopsided(lambda q: q in (3, 4)), target_module("sonic").LIMITS)
 
 
 def test_percentages_sum_to_100():

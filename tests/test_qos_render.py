@@ -1,5 +1,5 @@
 """Renderers: golden files for the built-ins, the documented syntax of each vendor, one test per hazard,
-and the SONiC and OpenConfig output validated by yanglint against ../shared/yang (skipped without it)."""
+and the SONiC and OpenConfig output validated by yanglint against the models vendored in tests/yang."""
 
 import json
 import re
@@ -11,10 +11,10 @@ import pytest
 
 from qos_golden import CASES, golden_path, rendering
 from geryon.errors import TargetLimitError
-from geryon.netconf.profile import QosClass, QosProfile, validate_profile
+from geryon.netconf.qos_profile import QosClass, QosProfile, validate_profile
 from geryon.netconf.render import render
 
-YANG = Path(__file__).resolve().parents[1] / ".." / "shared" / "yang"
+YANG = Path(__file__).resolve().parent / "yang"  # vendored models, see tests/yang/README.md
 
 
 @pytest.mark.parametrize("target, count, fmt", CASES)
@@ -28,10 +28,11 @@ def test_sonic_tables_cover_every_dscp_and_bind_every_port():
     assert set(data) == {"DSCP_TO_TC_MAP", "TC_TO_QUEUE_MAP", "SCHEDULER", "QUEUE", "PORT_QOS_MAP"}
     dscp = data["DSCP_TO_TC_MAP"]["GERYON"]
     assert sorted(map(int, dscp)) == list(range(64)) and all(isinstance(v, str) for v in dscp.values())
-    assert dscp["46"] == "7" and dscp["34"] == "5" and dscp["18"] == "2" and dscp["1"] == "0"
-    assert data["SCHEDULER"]["GERYON_Q7"] == {"type": "STRICT"}
+    assert dscp["46"] == "6" and dscp["34"] == "5" and dscp["18"] == "2" and dscp["1"] == "0"  # 7: control
+    assert data["SCHEDULER"]["GERYON_Q6"] == {"type": "STRICT"}
     assert data["SCHEDULER"]["GERYON_Q0"] == {"type": "DWRR", "weight": "20"}
-    assert data["QUEUE"]["Ethernet4|7"] == {"scheduler": "GERYON_Q7"}
+    assert data["QUEUE"]["Ethernet4|6"] == {"scheduler": "GERYON_Q6"}
+    assert data["QUEUE"]["Ethernet4|7"] == {"scheduler": "GERYON_CONTROL"}
     assert data["PORT_QOS_MAP"]["Ethernet0"] == {"dscp_to_tc_map": "GERYON", "tc_to_queue_map": "GERYON"}
 
 
@@ -62,12 +63,15 @@ def test_eos_syntax_and_sand_queue7_hazard():
 def test_nxos_syntax_and_percentages_sum_to_100():
     text = rendering("nxos", "4", "native").text
     assert "class-map type qos match-any GERYON-high\n  match dscp 46\n" in text
-    assert "  class GERYON-high\n    set qos-group 7\n" in text
+    assert "  class GERYON-high\n    set qos-group 6\n" in text  # queue 7 is network control's
+    assert "class-map type qos match-any GERYON-control\n  match dscp 48,56\n" in text
+    assert "policy-map type qos GERYON-IN\n  class GERYON-control\n    set qos-group 7\n" in text
     assert "  class type queuing c-out-8q-q7\n    priority level 1\n" in text
+    assert "  class type queuing c-out-8q-q6\n    priority level 2\n" in text
     assert "system qos\n  service-policy type queuing output GERYON-OUT\n" in text
     assert "interface Ethernet1/1\n  service-policy type qos input GERYON-IN\n" in text
     shares = [int(n) for n in re.findall(r"bandwidth remaining percent (\d+)", text)]
-    assert len(shares) == 7 and sum(shares) == 100
+    assert len(shares) == 6 and sum(shares) == 100
     assert text.count("class type queuing") == 8
     odd = validate_profile(QosProfile("o", (QosClass("a", (46,), 7, "strict"), QosClass("b", (26,), 5, "weighted", 1),
                                             QosClass("c", (10,), 3, "weighted", 1),
@@ -79,13 +83,16 @@ def test_nvue_syntax_and_default_scheduler_hazard():
     """Every TC is rendered so the default 12/13% DWRR shares of untouched TCs cannot push the sum past 100."""
     text = rendering("nvue", "4", "native").text
     assert text.startswith("nv set qos mapping default-global trust l3\n")
-    assert "nv set qos mapping default-global dscp 46 switch-priority 7\n" in text
+    assert "nv set qos mapping default-global dscp 46 switch-priority 6\n" in text  # 7 is network control's
+    assert "nv set qos mapping default-global dscp 48 switch-priority 7\n" in text
+    assert "nv set qos mapping default-global dscp 56 switch-priority 7\n" in text
     assert text.count("nv set qos mapping default-global dscp ") == 64
     assert "nv set qos egress-queue-mapping default-global switch-priority 7 traffic-class 7\n" in text
     assert "nv set qos egress-scheduler default-global traffic-class 7 mode strict\n" in text
+    assert "nv set qos egress-scheduler default-global traffic-class 6 mode strict\n" in text
     shares = {int(tc): int(p) for tc, p in
               re.findall(r"egress-scheduler default-global traffic-class (\d) bw-percent (\d+)", text)}
-    assert set(shares) == set(range(7)) and sum(shares.values()) == 100
+    assert set(shares) == set(range(6)) and sum(shares.values()) == 100
     assert all(1 <= p <= 100 for p in shares.values())
 
 
@@ -97,11 +104,14 @@ def test_junos_syntax_and_qfx_queue7_hazard():
             "code-points [ 101110 ]\n") in text
     assert "set class-of-service schedulers geryon-high-sched priority strict-high\n" in text
     assert text.count("strict-high") == 1
-    assert "set class-of-service schedulers geryon-low-sched transmit-rate percent 100\n" in text
+    assert "set class-of-service schedulers geryon-high-sched shaping-rate percent 95\n" in text  # the QFX guard
+    assert "set class-of-service schedulers geryon-low-sched transmit-rate percent 95\n" in text
+    assert "set class-of-service schedulers geryon-control-sched transmit-rate percent 5\n" in text
     assert "set class-of-service interfaces xe-0/0/0 scheduler-map GERYON-MAP\n" in text
     assert "set class-of-service interfaces xe-0/0/0 unit 0 classifiers dscp GERYON-DSCP\n" in text
-    points = re.findall(r"code-points \[ ([01 ]+) \]", text)
-    assert sorted(int(p, 2) for group in points for p in group.split()) == list(range(64))
+    for kind in ("dscp GERYON-DSCP ", "dscp-ipv6 GERYON-DSCP6 "):
+        points = re.findall(kind + r".*code-points \[ ([01 ]+) \]", text)
+        assert sorted(int(p, 2) for group in points for p in group.split()) == list(range(64))
 
 
 def test_linux_plan_matches_netconf_layout():
@@ -117,7 +127,8 @@ def test_openconfig_structure():
     qos = rendering("openconfig", "4", "native").data["openconfig-qos:qos"]
     policy = qos["scheduler-policies"]["scheduler-policy"][0]["schedulers"]["scheduler"]
     assert policy[0]["config"] == {"sequence": 0, "priority": "STRICT"}
-    weights = {i["id"]: i["config"]["weight"] for i in policy[1]["inputs"]["input"]}
+    assert policy[0]["inputs"]["input"][0]["id"] == "geryon-control" and policy[1]["config"]["priority"] == "STRICT"
+    weights = {i["id"]: i["config"]["weight"] for i in policy[2]["inputs"]["input"]}
     assert weights == {"p1": "50", "p2": "30", "low": "20"}  # uint64: strings in RFC 7951
     terms = qos["classifiers"]["classifier"][0]["terms"]["term"]
     assert sorted(d for t in terms for d in t["conditions"]["ipv4"]["config"]["dscp-set"]) == list(range(64))
@@ -126,10 +137,8 @@ def test_openconfig_structure():
 # --- yanglint --------------------------------------------------------------------------------------
 
 def yanglint(kind: str, instance: Path, extra_modules=()) -> subprocess.CompletedProcess:
-    if not (YANG / kind).is_dir():
-        pytest.skip(f"{YANG} is absent (the shared YANG models are only on the development machines)")
     if not shutil.which("yanglint"):
-        pytest.skip("yanglint missing: install Debian package libyang2-tools (scripts/setup.sh does)")
+        pytest.fail("yanglint missing: install Debian package libyang2-tools (scripts/setup.sh does)")
     modules = sorted(str(p) for p in (YANG / "sonic").glob("sonic-*.yang")) if kind == "sonic" \
         else [str(YANG / "openconfig" / "openconfig-qos.yang")]
     return subprocess.run(["yanglint", "-p", str(YANG / kind), "-t", "config", *modules, *extra_modules, str(instance)],
@@ -160,3 +169,14 @@ def test_yanglint_rejects_a_broken_instance(tmp_path):
     path.write_text(json.dumps(data))
     result = yanglint("sonic", path)
     assert result.returncode != 0 and "out of the allowed range" in result.stderr
+
+
+def test_the_yang_models_are_the_vendored_ones_everywhere():
+    """No file of the package, the tests or the docs points at the development machines' model copies."""
+    root = Path(__file__).resolve().parents[1]
+    needle = "/".join(("shared", "yang"))  # spelled so this file does not match itself
+    found = [str(p.relative_to(root)) for folder in ("geryon", "tests", "docs") for p in (root / folder).rglob("*")
+             if p.is_file() and p.suffix in (".py", ".md", ".toml", ".txt", ".json") and needle in p.read_text()]
+    assert found == []
+    assert (YANG / "sonic" / "LICENSE.sonic-yang-models").is_file()
+    assert (YANG / "openconfig" / "LICENSE.openconfig-public").is_file()

@@ -3,7 +3,7 @@
 import pytest
 
 from geryon.errors import ApplyError
-from geryon.netconf.profile import builtin_profile
+from geryon.netconf.qos_profile import builtin_profile
 from geryon.netconf.remote import Endpoint
 from geryon.netconf.render.linux import build_plan
 from geryon.netconf.session import build_session, json_patch
@@ -77,22 +77,25 @@ def test_tc_rate_prints_like_iproute2():
 
 
 def test_sonic_patch_from_running_config():
-    profile = builtin_profile("two-class").with_ports(["Ethernet0"])
+    """Field by field: a changed field is replaced alone, a missing entry added whole, others left alone."""
+    profile = render(builtin_profile("two-class").with_ports(["Ethernet0"]), "sonic").profile  # top class on 6
     from geryon.netconf.render.sonic import config_db
     desired = config_db(profile)
     assert [op["path"] for op in json_patch({}, desired)][:2] == ["/DSCP_TO_TC_MAP", "/TC_TO_QUEUE_MAP"]
     running = {**desired, "SCHEDULER": {**desired["SCHEDULER"], "GERYON_Q0": {"type": "DWRR", "weight": "5"}},
-               "QUEUE": {"Ethernet0|3": {"scheduler": "scheduler.0"}}}
+               "QUEUE": {"Ethernet0|3": {"scheduler": "scheduler.1", "wred_profile": "AZURE_LOSSLESS"},
+                         "Ethernet0|0": {"scheduler": "scheduler.0"}}}
     assert json_patch(running, desired) == [
-        {"op": "replace", "path": "/SCHEDULER/GERYON_Q0", "value": {"type": "DWRR", "weight": "100"}},
-        {"op": "add", "path": "/QUEUE/Ethernet0|7", "value": {"scheduler": "GERYON_Q7"}},
-        {"op": "add", "path": "/QUEUE/Ethernet0|0", "value": {"scheduler": "GERYON_Q0"}}]
+        {"op": "replace", "path": "/SCHEDULER/GERYON_Q0/weight", "value": "100"},
+        {"op": "add", "path": "/QUEUE/Ethernet0|6", "value": {"scheduler": "GERYON_Q6"}},
+        {"op": "replace", "path": "/QUEUE/Ethernet0|0/scheduler", "value": "GERYON_Q0"},
+        {"op": "add", "path": "/QUEUE/Ethernet0|7", "value": {"scheduler": "GERYON_CONTROL"}}]
     assert json_patch(desired, desired) == []
 
 
 @pytest.mark.parametrize("kind, save, confirm, rollback", [
     ("sonic", "sudo config checkpoint geryon-qos", "sudo config delete-checkpoint geryon-qos",
-     "sudo config rollback geryon-qos"),
+     "sudo config apply-patch /tmp/geryon-qos.json-patch"),  # the exact inverse of the applied patch
     ("eos", "show running-config", "configure session geryon-qos commit", "configure session geryon-qos abort"),
     ("junos", "show configuration | display set", "commit", "rollback 1"),
     ("nxos", "checkpoint geryon-qos", "no checkpoint geryon-qos", "rollback running-config checkpoint geryon-qos"),

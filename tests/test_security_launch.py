@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from geryon import envvars
 from geryon.errors import ConfigError
 from geryon.launch.config import parse_launch_args
 from geryon.launch.ssh_run import remote_command
@@ -93,7 +94,7 @@ def test_timeline_does_not_follow_a_planted_symlink(tmp_path):
 def test_cluster_record_does_not_follow_a_planted_symlink(tmp_path, monkeypatch):
     from geryon.emulate import state
 
-    monkeypatch.setenv(state.STATE_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(envvars.STATE_DIR, str(tmp_path))
     victim = tmp_path / "victim"
     victim.write_text("precious")
     path = state.record_path("sec1")

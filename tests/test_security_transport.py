@@ -18,7 +18,8 @@ from geryon.errors import AuthenticationError
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import next_sequence
 from geryon.transport.handshake import dial_handshake
-from geryon.transport.ps import ParameterServer, PSWorker
+from geryon.transport.ps_server import ParameterServer
+from geryon.transport.ps_worker import PSWorker
 from geryon.transport.wire import Kind, encode_control
 
 SECRET = "security-secret"
@@ -148,7 +149,7 @@ def test_flood_of_idle_and_slow_clients_does_not_lock_out_a_worker():
 _EMFILE_SERVER = textwrap.dedent("""
     import resource, sys, torch
     from geryon.transport.config import TransportConfig
-    from geryon.transport.ps import ParameterServer
+    from geryon.transport.ps_server import ParameterServer
     resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
     config = TransportConfig(secret=%r, timeout=4.0, policy="vanilla")
     server = ParameterServer(0, 1, 1, [torch.zeros(8)], config, ("127.0.0.1", 0), lr=1.0)

@@ -7,7 +7,8 @@ import importlib.util
 import pytest
 import torch
 
-from launch_support import PYTHON, REPO, json_records, rank_lines, run_launcher, run_plain_torchrun, run_stoppable
+from launch_support import PYTHON, REPO, json_records, rank_lines, run_launcher, run_launcher_killing, \
+    run_plain_torchrun, run_stoppable
 
 SCRIPT = REPO / "examples" / "train_resnet.py"
 # Tiny and quick; clip 0.5 is below the gradient norm of these steps, so clipping acts.
@@ -134,3 +135,35 @@ def test_ps_gives_the_single_process_parameters_and_resumes(single, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert everything(tmp_path / "resumed.pt") == pytest.approx(everything(tmp_path / "final.pt"), rel=1e-4,
                                                                 abs=1e-5)
+
+
+@pytest.mark.slow
+def test_allreduce_killed_worker_restarts_from_the_scripts_checkpoint(allreduce, tmp_path):
+    """--max-restarts with the script's own checkpoints (--resume latest): a worker SIGKILLed in the middle
+    of training, the job restarted, the same final state as the uninterrupted run."""
+    result = run_launcher_killing(
+        "--local", "--nproc-per-node", str(WORKERS), "--grace", "1", "--max-restarts", "1", SCRIPT, *ARGS,
+        "--out", tmp_path / "final.pt", "--checkpoint-dir", tmp_path, "--checkpoint-every", "2",
+        "--resume", "latest", victim="worker1", when='[worker0] {"step": 4,')
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "worker1 was killed by SIGKILL; restarting the job" in result.stderr
+    assert json_records(rank_lines(result.stdout, "worker0"))[-1]["resumed_from"] >= 4
+    assert everything(tmp_path / "final.pt") == pytest.approx(everything(allreduce / "final.pt"), rel=1e-4,
+                                                              abs=1e-5)
+
+
+@pytest.mark.slow
+def test_ps_killed_server_restarts_from_the_servers_checkpoint(allreduce, single, tmp_path):
+    """--max-restarts with --ps-checkpoint-every: a server SIGKILLed in the middle of training, the job
+    restarted from the servers' checkpoint (AdamW state, schedule, clipping, BatchNorm statistics), the
+    same final state as the uninterrupted run, without the script's own checkpoint."""
+    result = run_launcher_killing(
+        "--local", "--nproc-per-node", str(WORKERS), "--mode", "ps", "--grace", "1", "--max-restarts", "1",
+        "--ps-checkpoint-every", "2", "--ps-checkpoint-dir", tmp_path / "ps", SCRIPT, *ARGS,
+        "--out", tmp_path / "final.pt", victim="server0", when='[worker0] {"step": 4,')
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "server0 was killed by SIGKILL; restarting the job" in result.stderr
+    assert json_records(rank_lines(result.stdout, "worker0"))[-1]["resumed_from"] >= 4
+    assert parameters(tmp_path / "final.pt") == pytest.approx(parameters(single), rel=1e-4, abs=1e-5)
+    assert everything(tmp_path / "final.pt") == pytest.approx(everything(allreduce / "final.pt"), rel=1e-4,
+                                                              abs=1e-5)

@@ -7,7 +7,7 @@ import torch
 
 from geryon.transport.allreduce import reference_allreduce_tensors
 from geryon.bench.emulated import BASE_PORT, ring_placements, role_argv, run_roles
-from geryon.bench.transport_roles import _ps_params, allreduce_inputs
+from geryon.bench.transport_roles import ps_params, allreduce_inputs
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -49,7 +49,7 @@ def test_ps_across_namespaces(cluster):
     placements += [("h2", role_argv("ps-worker", "--rank", w, "--workers", 2, "--servers", addresses,
                                     "--sizes", sizes, "--iters", 2, "--timeout", 30)) for w in (0, 1)]
     records = run_roles(cluster, placements, timeout=120)
-    params = _ps_params([4000, 400000])
+    params = ps_params([4000, 400000])
     optimizer = torch.optim.SGD(params, lr=0.01)
     for _ in range(2):               # the mean of two workers' all-ones gradients is all ones
         for p in params:

@@ -16,7 +16,8 @@ from geryon.errors import AuthenticationError, PeerTimeout, ProtocolError
 from geryon.transport.allreduce import AllreduceGroup
 from geryon.transport.config import TransportConfig
 from geryon.transport.handshake import dial_handshake
-from geryon.transport.ps import ParameterServer, PSWorker
+from geryon.transport.ps_server import ParameterServer
+from geryon.transport.ps_worker import PSWorker
 from geryon.transport.wire import HEADER, MAGIC, PROTOCOL_VERSION, Kind
 from tests.transport_support import free_ports
 

@@ -17,9 +17,10 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def serve_world_of_threads(world: int, config, body):
+def serve_world_of_threads(world: int, config, body, **group_options):
     """Run `body(group)` on `world` AllreduceGroup ranks as threads over loopback sockets; their results.
-    `config` is every rank's TransportConfig, or a list of one per rank."""
+    `config` is every rank's TransportConfig, or a list of one per rank; `group_options` go to every
+    AllreduceGroup (stage_host=True, say)."""
     configs = config if isinstance(config, list) else [config] * world
     host, ports = "127.0.0.1", free_ports(world)
     peers = [(host, p) for p in ports]
@@ -27,7 +28,8 @@ def serve_world_of_threads(world: int, config, body):
 
     def run(rank):
         try:
-            with AllreduceGroup(rank, world, peers, configs[rank], listen=(host, ports[rank])) as group:
+            with AllreduceGroup(rank, world, peers, configs[rank], listen=(host, ports[rank]),
+                                **group_options) as group:
                 results[rank] = body(group)
         except BaseException as exc:  # noqa: BLE001 -- re-raised in the caller's thread
             errors[rank] = exc

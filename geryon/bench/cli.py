@@ -14,6 +14,8 @@ the same run.
         the paper's scaling table on replayed models (geryon.bench.paper; its options in paper_cli)
     geryon bench pull [--bw 400mbit] [--workers 2] [--width 64] [--repeat 3] [--json]
         a real training script in PS mode, --ps-pull end vs ahead, same loss checked (geryon.bench.pull)
+    geryon bench diff A.json B.json [--keys F,F,...] [--json]
+        two records of one bench compared row by row: medians, B/A, Mann-Whitney p (geryon.bench.diff)
 """
 
 import json
@@ -25,10 +27,11 @@ from geryon.errors import ConfigError
 
 
 def add_commands(commands, bench) -> None:
-    from geryon.bench import paper_cli, pull
+    from geryon.bench import diff, paper_cli, pull
 
     paper_cli.add_commands(commands, bench)
     pull.add_command(bench)
+    diff.add_command(bench)
     bench_threshold = bench.add_parser("threshold", help="threshold search vs exhaustive sweep")
     bench_threshold.add_argument("--model", default="vgg19", help="profile name (default vgg19)")
     bench_threshold.add_argument("--workers", type=int, default=1,

@@ -30,20 +30,22 @@ scheduling). Variants for the design investigation are named policy+option (see 
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from geryon.bench.paper_job import JobSpec, PaperJob, role_cpu_seconds
-from geryon.bench.paper_math import (CALIBRATION_CELL, CLASS_THREAD_NICE, COMPUTE_RT_PRIORITY, CONTROL, LINKS,
-                                     PAPER_EFFICIENCY, PAPER_SLICING, PAPER_WORKERS, THREAD_RT_PRIORITY,
+from geryon.bench.paper_math import (CLASS_THREAD_NICE, COMPUTE_RT_PRIORITY, CONTROL, THREAD_RT_PRIORITY,
                                      PaperScale, calibration_step, cpu_share, make_row, read_proc_stat,
                                      rotated, summarize)
 from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY
 from geryon.errors import ConfigError
 from geryon.netconf.plan import parse_ack_priority
 from geryon.signals import sigterm_as_interrupt
+from geryon.sim.paper import CALIBRATION_CELL, LINKS, PAPER_SLICING, PAPER_WORKERS, paper_efficiency
+from geryon.transport.policy import POLICIES
 
 # compute scale calibrated on VGG-19 vanilla 10GbE (docs/paper-table.md); used when a run has no VGG-19
 DEFAULT_COMPUTE_SCALE = 11.0
@@ -104,7 +106,7 @@ class PaperSettings:
     links: tuple[str, ...] = ("10gbe", "40gbe")
     workers: int = PAPER_WORKERS
     layout: str = "colocated"
-    policies: tuple[str, ...] = ("vanilla", "slicing", "endhost", "geryon")
+    policies: tuple[str, ...] = tuple(POLICIES)
     congestions: tuple[str, ...] = ("bbr",)
     repetitions: int = 3
     warmup: int = 2
@@ -244,7 +246,7 @@ class PaperBench:
     def calibrate(self, job: PaperJob, congestion: str) -> None:
         s = self.settings
         model, link, policy = CALIBRATION_CELL
-        target = PAPER_EFFICIENCY[(model, link)][policy]
+        target = paper_efficiency(model, link, policy)
         k = s.calibration_start
         job.set_rate(PaperScale(k, s.size_scale, s.wall_scale).link_rate(LINKS[link]))
         probes = []
@@ -366,7 +368,8 @@ class PaperBench:
         row = make_row(model=model, link="none", policy=CONTROL, workers=s.workers, layout=s.layout,
                        congestion=congestion, times=times, compute_s=compute, batch=s.batch, scale=scale,
                        vanilla_s=None, extra={"table": "scaling", "control_of": policy,
-                                              "cpu_roles_cores": roles, "cpu_machine_share": machine,
+                                              "cpu_roles_cores": roles, "cpu_machine_cores": os.cpu_count(),
+                                              "cpu_machine_share": machine,
                                               "cpu_steal_share": steal,
                                               "blocked_s": summarize(self.blocked[mark:])["median"],
                                               "link_rate_bits": s.control_rate})
@@ -374,7 +377,7 @@ class PaperBench:
         self.cpu.setdefault("control", []).append({"model": model, "congestion": congestion,
                                                    "roles_cores": roles, "machine_share": machine,
                                                    "steal_share": steal})
-        self.say(_row_line(row) + f"  CPU: role processes {roles:.2f} of 2 cores, machine "
+        self.say(_row_line(row) + f"  CPU: role processes {roles:.2f} of {os.cpu_count()} cores, machine "
                  f"{100 * (machine or 0):.0f}% busy")
 
     def run_slice_table(self, job, model, congestion, scale, compute) -> None:

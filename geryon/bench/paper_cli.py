@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import sys
 
-from geryon.bench.paper_math import CLASS_THREAD_NICE, COMPUTE_RT_PRIORITY, LINKS, MODELS, THREAD_RT_PRIORITY
+from geryon.bench.paper_math import CLASS_THREAD_NICE, COMPUTE_RT_PRIORITY, MODELS, THREAD_RT_PRIORITY
+from geryon.sim.paper import LINKS
 from geryon.emulate.cluster import add_ack_priority_argument
 from geryon.errors import ConfigError
 from geryon.rates import parse_rate
@@ -113,7 +114,7 @@ def settings_from_args(args):
 
 def _bench_paper(args) -> int:
     from geryon.bench.paper import run_paper_bench, write_outputs
-    from geryon.emulate.cluster import require_root
+    from geryon.errors import require_root
 
     settings = settings_from_args(args)
     require_root("geryon bench paper")

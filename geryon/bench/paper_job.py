@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from geryon import envvars
 from geryon.bench.paper_math import slowest_per_iteration
-from geryon.bench.threshold import REPLAY_MODULE, RoleProcess, _gather
+from geryon.bench.threshold import REPLAY_MODULE, RoleProcess, gather_replies
 from geryon.childproc import child_env, module_argv
 from geryon.errors import ConfigError, TransportError
 
@@ -131,7 +131,7 @@ class PaperJob:
                 install_priority_queues(end.dev, self.cluster.classes, rate=rate, netns=end.netns)
 
     def set_time_scale(self, time_scale: float) -> None:
-        _gather(self.workers, "scale", time_scale=time_scale)
+        gather_replies(self.workers, "scale", time_scale=time_scale)
 
     # -- segments -----------------------------------------------------------------------------
     def connect(self, transport: dict, trace_prefix: str | None = None) -> None:
@@ -168,8 +168,8 @@ class PaperJob:
 
     def drain(self) -> list[str]:
         """End the segment: every pushed update applied once everywhere (checked); trace parts."""
-        workers = _gather(self.workers, "drain")
-        servers = _gather(self.servers, "drain")
+        workers = gather_replies(self.workers, "drain")
+        servers = gather_replies(self.servers, "drain")
         self.connected = False
         applied = [reply["applied"] for reply in workers + servers]
         digests = {reply["digest"] for reply in workers}

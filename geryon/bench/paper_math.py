@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from geryon.errors import ConfigError
-from geryon.sim import paper as sim_paper
+from geryon.sim.paper import LINKS, paper_efficiency
 
 # the less urgent class's transport threads run this much nicer in bench paper: the control row's
 # iteration-boundary chain waited for CPU behind the FC parameters' threads (docs/paper-table.md)
 CLASS_THREAD_NICE = 10
 # ... or, where allowed, every flow's threads run real-time (SCHED_RR), class c at this priority - c: 16
-# role processes share 2 cores here, where a real host's transport has cores of its own
+# role processes share the machine's few cores, where a real host's transport has cores of its own
 # (docs/paper-table.md); the same for every policy (a single-flow policy's threads all get the top one)
 THREAD_RT_PRIORITY = 2
 # the workers' replayed compute stands for a GPU, which a real host's transport threads never slow
@@ -40,23 +40,10 @@ THREAD_RT_PRIORITY = 2
 # (docs/paper-table.md: with the bulk class real-time, the compute threads waited behind it)
 COMPUTE_RT_PRIORITY = THREAD_RT_PRIORITY + 1
 
-# The paper's figures live once, in geryon/sim/paper.py (keyed (link, model) there); here they are
-# keyed (model, link), and the slicing table names TicTac's column by our policy, `endhost`.
-PAPER_EFFICIENCY = {(model, link): figures for (link, model), figures in sim_paper.PAPER_EFFICIENCY.items()}
-PAPER_WORKERS = sim_paper.PAPER_WORKERS
-PAPER_SLICING = {params: {"geryon": geryon, "endhost": tictac}
-                 for params, (geryon, tictac) in sim_paper.PAPER_SLICING.items()}
-LINKS = sim_paper.LINKS
+# The paper's figures themselves (efficiencies, slicing table, calibration cell) are geryon.sim.paper's.
 MODELS = ("vgg19", "resnet50", "alexnet", "inceptionv3")
-POLICIES = ("vanilla", "slicing", "endhost", "geryon")
 CONTROL = "control-nolimit"
-CALIBRATION_CELL = ("vgg19", "10gbe", "vanilla")
 BYTES_PER_PARAMETER = 4
-
-
-def paper_efficiency(model: str, link: str, policy: str) -> float | None:
-    """The paper's scaling efficiency for a cell, or None where it gives none (endhost, Inception)."""
-    return PAPER_EFFICIENCY.get((model, link), {}).get(policy)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,11 @@ def _num(value, fmt: str = ".3f") -> str:
     return "–" if value is None else format(value, fmt)
 
 
+def _of_cores(row: dict) -> str:
+    cores = row.get("cpu_machine_cores")
+    return f"of the {cores} cores" if cores else "cores"
+
+
 def markdown_report(record: dict) -> str:
     """The scaling table (measured vs paper, error per cell), control row, calibration, slicing table."""
     lines = ["# geryon bench paper", ""]
@@ -39,7 +44,7 @@ def markdown_report(record: dict) -> str:
         lines.append(f"Control ({row['model']}, {row['congestion']}, {row.get('control_of')} with ports at "
                      f"{row['link_rate_bits'] / 1e9:g} Gbit/s, i.e. no bandwidth limit): "
                      f"{_pct(row['scaling_efficiency'])} scaling efficiency (target >= 97%); role processes "
-                     f"used {row.get('cpu_roles_cores', 0):.2f} of the 2 cores, the machine was "
+                     f"used {row.get('cpu_roles_cores', 0):.2f} {_of_cores(row)}, the machine was "
                      f"{100 * (row.get('cpu_machine_share') or 0):.0f}% busy.")
     if record.get("slicing_rows"):
         lines += ["", "## Slice size (VGG-19, 10GbE): geryon vs endhost", "",

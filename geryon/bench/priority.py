@@ -80,8 +80,8 @@ class _BenchServer:
 
 
 def run_server(args) -> None:
-    from geryon.bench.transport_roles import _config
-    config = _config(args)
+    from geryon.bench.transport_roles import transport_config
+    config = transport_config(args)
     host, port = args.listen.rsplit(":", 1)
     handler = _BenchServer(args, config)
     pool = FlowPool(args.index, config, handler, listen=(host, int(port)), peer_label="worker")
@@ -125,9 +125,9 @@ class _BenchWorker:
 
 
 def run_worker(args) -> None:
-    from geryon.bench.transport_roles import _addresses, _config
-    config = _config(args)
-    servers = _addresses(args.servers)
+    from geryon.bench.transport_roles import parse_addresses, transport_config
+    config = transport_config(args)
+    servers = parse_addresses(args.servers)
     piece = config.slice_bytes if config.scheduling.sliced else 4 << 20
     handler = _BenchWorker(args.burst_bytes, piece)
     pool = FlowPool(10_000, config, handler, listen=None, peer_label="server")

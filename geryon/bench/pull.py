@@ -8,18 +8,17 @@ pulling ahead changes when updates travel, not what they are).
 
 Pulling ahead can only win where backward still runs after the big layers' pushes are done: its gain
 is at most the time the servers need to send those layers back. The defaults (2 workers, 2 servers,
-a 64-wide CNN with a 2048-wide hidden layer, 400 Mbit/s ports) are such a case on this 2-core machine;
+a 64-wide CNN with a 2048-wide hidden layer, 400 Mbit/s ports) are such a case on a 2-core machine;
 with the demo's settings (4 workers, 100 Mbit/s) the pushes outlast backward and the two modes tie.
 Results: docs/ps-optimizers.md ("Pulling ahead").
 """
 
 import json
-import os
 import statistics
 import sys
 from argparse import Namespace
 
-from geryon.errors import ConfigError, PermissionNeeded
+from geryon.errors import ConfigError, require_root
 
 MODES = ("end", "ahead")
 
@@ -42,9 +41,7 @@ def add_command(bench) -> None:
 def run_from_args(args) -> int:
     from geryon.demo import run_policy
 
-    if os.geteuid() != 0:
-        raise PermissionNeeded("geryon bench pull runs the job on an emulated cluster in network namespaces "
-                               "and needs root; run it with sudo")
+    require_root("geryon bench pull (the job runs on an emulated cluster in network namespaces)")
     if args.repeat < 1 or args.iterations < 3:
         raise ConfigError("--repeat must be at least 1 and --iterations at least 3 (the first two are warm-up)")
     runs = {mode: [] for mode in MODES}

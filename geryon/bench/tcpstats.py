@@ -7,7 +7,7 @@ counts DSACK blocks, one of which can cover many segments; `dsack_recv_segs` the
 the sender's undos (`full_undo`, `partial_undo`, `dsack_undo`, `loss_undo`: a recovery it found needless,
 by DSACK or by the timestamps ACKs echo) with the reordering it detected (`sack_reorders`, `ts_reorders`).
 A retransmission that no DSACK answers was not necessarily lost: the sender may have seen by timestamps
-that the original arrived (thirty-second session: at 1 Gbit/s, reordering inside the emulation).
+that the original arrived (at 1 Gbit/s the emulation's veth path reorders; docs/transport.md).
 
 A retransmission says a segment was lost, not where. Each host's counters also say where its packets
 can have been dropped: its own egress queues (`host_queue_drops`, the tc classes of its interface), the

@@ -40,7 +40,7 @@ Iteration time: a worker's forward start to backward end, its forward blocked on
 switch the first iteration runs on parameters pulled before it (pure compute) and the second carries
 the first transfers on the new connections (TCP start-up; measured 5-10% slower than the rest), so
 the emulated backend discards 2 warm-up iterations per probe. The driver's per-iteration round trip
-(~1 ms) overlaps with the pulls. Per-iteration noise on the shared 2-core machine, 4 workers: the
+(~1 ms) overlaps with the pulls. Per-iteration noise on a shared 2-core machine, 4 workers: the
 median deviation from a probe's median is 1.6-2.1% for VGG-19 (it follows the machine's load) and
 4.5-5.4% for ResNet-50 (whatever the load: 11-13% of its iterations are compute-only, their
 parameters having arrived before the forward pass: with bbr the server port's egress shares swing
@@ -53,7 +53,7 @@ re-measurement over the smallest of many noisy estimates, biased low). Each work
 run-queue wait per iteration (`extra.worker_waits`, `run_wait_share`) and the load average at every
 switch say how much CPU contention went into a run (docs/threshold-search.md).
 
-Measured runs: docs/measurements.md.
+Measured runs: docs/results/.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ class RoleProcess:
         self.child.close()
 
 
-def _gather(processes, op: str, **fields) -> list[dict]:
+def gather_replies(processes, op: str, **fields) -> list[dict]:
     """Send a command to every process at once, then collect the replies in order."""
     for process in processes:
         process.send(op, **fields)
@@ -238,7 +238,7 @@ class ReplayedPSJob:
         threshold = float(threshold)
         if threshold != self.threshold:
             self.switch(threshold)
-        replies = _gather(self.workers, "step")
+        replies = gather_replies(self.workers, "step")
         self.iterations += 1
         times = [reply["seconds"] for reply in replies]
         self.worker_times.append(times)
@@ -253,10 +253,10 @@ class ReplayedPSJob:
         if self.threshold is not None:
             self._drain()
         expected = threshold_split(self.ranking, [threshold], metric=self.setup.metric).digest()
-        listening = _gather(self.servers, "listen", threshold=threshold)
+        listening = gather_replies(self.servers, "listen", threshold=threshold)
         addresses = [[self.cluster.host(process.host).ip, reply["port"]]
                      for process, reply in zip(self.servers, listening)]
-        joined = _gather(self.workers, "connect", threshold=threshold, servers=addresses)
+        joined = gather_replies(self.workers, "connect", threshold=threshold, servers=addresses)
         digests = {reply["assignment"] for reply in listening + joined}
         plans = {reply["plan"] for reply in listening + joined}
         if digests != {expected} or len(plans) != 1:
@@ -269,8 +269,8 @@ class ReplayedPSJob:
 
     def _drain(self) -> None:
         """Every update pushed so far is applied and pulled back; check it on every rank."""
-        workers = _gather(self.workers, "drain")
-        servers = _gather(self.servers, "drain")
+        workers = gather_replies(self.workers, "drain")
+        servers = gather_replies(self.servers, "drain")
         applied = [reply["applied"] for reply in workers + servers]
         worker_digests = {reply["digest"] for reply in workers}
         check = {"iteration": self.iterations, "applied": applied,

@@ -26,7 +26,7 @@ def measure(model: str, workers: int, threshold: float, iterations: int, congest
 
     free_running: the workers run all their iterations back to back (`run`), without the
     driver's barrier between iterations, as in training; rows then have no driver times."""
-    from geryon.bench.threshold import ReplayedPSJob, _gather, cluster_name, default_setup
+    from geryon.bench.threshold import ReplayedPSJob, gather_replies, cluster_name, default_setup
     from geryon.categorize.profiles import resolve_profile
     from geryon.emulate import EmulatedCluster
     from geryon.signals import sigterm_as_interrupt
@@ -41,14 +41,14 @@ def measure(model: str, workers: int, threshold: float, iterations: int, congest
             job.start()
             job.switch(threshold)
             if free_running:
-                runs = _gather(job.workers, "run", iterations=iterations)
+                runs = gather_replies(job.workers, "run", iterations=iterations)
                 for index in range(iterations):
                     rows.append({"workers": [{key: run["steps"][index].get(key)
                                               for key in ("start", "seconds", "blocked_s")} for run in runs]})
                 job.iterations += iterations
             for _ in range(0 if free_running else iterations):
                 sent = time.time()
-                replies = _gather(job.workers, "step")
+                replies = gather_replies(job.workers, "step")
                 rows.append({"sent": sent, "received": time.time(),
                              "workers": [{key: reply.get(key) for key in ("start", "seconds", "blocked_s")}
                                          for reply in replies]})

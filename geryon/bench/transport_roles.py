@@ -43,7 +43,8 @@ def _emit(**record) -> None:
     print(json.dumps(record), flush=True)
 
 
-def _addresses(text: str) -> list[tuple[str, int]]:
+def parse_addresses(text: str) -> list[tuple[str, int]]:
+    """`HOST:PORT,HOST:PORT,...` (a role's --peers or --servers) as (host, port) pairs."""
     out = []
     for item in text.split(","):
         host, port = item.rsplit(":", 1)
@@ -68,7 +69,8 @@ def _tracer(path: str | None):
     return write
 
 
-def _config(args) -> TransportConfig:
+def transport_config(args) -> TransportConfig:
+    """The TransportConfig a role process's flags describe."""
     return TransportConfig(tracer=_tracer(args.trace), secret=args.secret, job_id=args.job,
                            policy=args.policy,
                            class_dscp=tuple(int(d) for d in args.dscp.split(",")),
@@ -99,7 +101,7 @@ def start_together(rank: int, world: int, allreduce) -> float:
 
     The emulated hosts share one kernel clock. A barrier alone leaves the ranks' starts spread by how
     it releases them (a ring barrier: N-1 hops, the first rank out charged all of it; gloo's barrier:
-    all-to-all, one hop), which would measure the barrier, not the collective (docs/transport-profile.md).
+    all-to-all, one hop), which would measure the barrier, not the collective (docs/transport.md).
     """
     arrivals = torch.zeros(world, dtype=torch.float64)
     arrivals[rank] = time.time() + START_LEAD_S
@@ -114,9 +116,9 @@ def refill_between(barrier, work: list[torch.Tensor], tensors: list[torch.Tensor
     (`barrier` returns only then).
 
     Copied as soon as a rank's own collective ended instead, a rank that finished first would copy
-    (a memcpy of the whole size) while the others still finish, taking one of the 2 shared cores
+    (a memcpy of the whole size) while the others still finish, taking a shared core
     from them: the traced 8 x 10 MB ring lost up to 22 ms between a rank's last piece and the end
-    of its collective that way (docs/transport-profile.md, tenth session). Both systems alike.
+    of its collective that way (docs/transport.md). Both systems alike.
     """
     barrier()
     for target, source in zip(work, tensors):
@@ -181,9 +183,9 @@ def time_collectives(rank: int, world: int, iters: int, small_allreduce, collect
     After each run, every rank waits at a barrier for every other rank's end before it goes on (to
     `after_each`, to the next refill, or, after the last run, to its results and teardown). A rank
     that went on at once would run that work on the shared cores while its peers still receive their
-    last pieces: before this barrier, geryon's ranks that finished the last timed collective first
+    last pieces: without this barrier, geryon's ranks that finished the last timed collective first
     started tearing down, and the ranks still receiving took 1.8 ms longer in the median, up to 17 ms
-    (docs/transport-profile.md, thirty-first session). Every system alike.
+    (docs/transport.md). Every system alike.
     """
     flag = torch.zeros(1, dtype=torch.float64)   # the barrier's tensor, kept: a sum of zeros stays zero
     machine_clock = machine_seconds if rank == 0 else (lambda: MachineSeconds(0.0, 0.0))
@@ -222,8 +224,8 @@ def allreduce_inputs(size: int, rank: int, two_classes: bool) -> tuple[list[torc
 
 def run_allreduce(args) -> None:
     from geryon.transport.allreduce import AllreduceGroup
-    peers = _addresses(args.peers)
-    config = _config(args)
+    peers = parse_addresses(args.peers)
+    config = transport_config(args)
     with AllreduceGroup(args.rank, len(peers), peers, config, listen=("0.0.0.0", peers[args.rank][1])) as group:
         _emit(event="ready", rank=args.rank)
         for size in args.sizes:
@@ -275,7 +277,7 @@ def _wire_ring_sockets(args):
     """This rank's plain TCP sockets to its right and from its left neighbour (gloo's rendezvous, done
     after this rank listens, is the barrier that makes every listener exist before anyone dials)."""
     import torch.distributed as dist
-    peers = _addresses(args.peers)
+    peers = parse_addresses(args.peers)
     listener = socket.create_server(("0.0.0.0", peers[args.rank][1]))
     listener.settimeout(args.timeout)
     host, port = args.master.rsplit(":", 1)
@@ -289,7 +291,7 @@ def _wire_ring_sockets(args):
     return right, left
 
 
-def _stream(right, left, nbytes: int, out: memoryview, inbox: memoryview, pool) -> None:
+def send_right_receive_left(right, left, nbytes: int, out: memoryview, inbox: memoryview, pool) -> None:
     """Send `nbytes` to the right (a thread) while reading as many from the left."""
 
     def send() -> None:
@@ -323,7 +325,7 @@ def run_wire_ring(args) -> None:
     and the common start (`time_collectives`). This is what TCP with gloo's socket settings gets from
     the emulated ports; a collective can come in a little under it only through other socket
     settings (geryon's flows: their class's DSCP, the 10 ms RTO floor, TCP_NOTSENT_LOWAT) or the
-    run-to-run spread (docs/transport-profile.md, eleventh session).
+    run-to-run spread (docs/transport.md).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -336,10 +338,10 @@ def run_wire_ring(args) -> None:
         with ThreadPoolExecutor(1) as pool:
             for size in args.sizes:
                 nbytes = ring_link_bytes(size, args.world)
-                _stream(right, left, nbytes, out, inbox, pool)    # warm-up, as the collectives have
+                send_right_receive_left(right, left, nbytes, out, inbox, pool)    # warm-up, as the collectives have
                 timed = time_collectives(
                     args.rank, args.world, args.iters, dist.all_reduce,
-                    lambda: _stream(right, left, nbytes, out, inbox, pool), [], [])
+                    lambda: send_right_receive_left(right, left, nbytes, out, inbox, pool), [], [])
                 _emit(event="result", system="wire-ring", size_bytes=size, **timed.record())
     finally:
         right.close()
@@ -347,16 +349,17 @@ def run_wire_ring(args) -> None:
         dist.destroy_process_group()
 
 
-def _ps_params(sizes: list[int]) -> list[torch.Tensor]:
+def ps_params(sizes: list[int]) -> list[torch.Tensor]:
+    """The PS bench's parameter tensors, `sizes` bytes each, the same on every role (seeded)."""
     return [_tensors(size, 100 + i) for i, size in enumerate(sizes)]
 
 
 def run_ps_server(args) -> None:
-    from geryon.transport.ps import ParameterServer
+    from geryon.transport.ps_server import ParameterServer
     host, port = args.listen.rsplit(":", 1)
     torch.set_num_threads(1)          # as geryon.runtime.server does
-    params = _ps_params(args.sizes)
-    with ParameterServer(args.index, args.servers, args.workers, params, _config(args),
+    params = ps_params(args.sizes)
+    with ParameterServer(args.index, args.servers, args.workers, params, transport_config(args),
                          (host, int(port)), lr=0.01) as server:
         _emit(event="ready", index=args.index, port=server.port)
         cpu_started, usage_started = time.process_time(), process_usage()
@@ -366,10 +369,10 @@ def run_ps_server(args) -> None:
 
 
 def run_ps_worker(args) -> None:
-    from geryon.transport.ps import PSWorker
-    params = _ps_params(args.sizes)
+    from geryon.transport.ps_worker import PSWorker
+    params = ps_params(args.sizes)
     total = sum(p.numel() * 4 for p in params)
-    with PSWorker(args.rank, args.workers, _addresses(args.servers), params, _config(args)) as worker:
+    with PSWorker(args.rank, args.workers, parse_addresses(args.servers), params, transport_config(args)) as worker:
         _emit(event="ready", rank=args.rank)
         grads = [torch.ones_like(p) for p in params]
         for _ in range(args.warmup):          # untimed: the roles' start-up skew, first-touch faults

@@ -126,10 +126,10 @@ class IterationModel:
         # Gradients appear last layer first; within a layer, in reverse tensor order.
         sequence = sorted(range(len(self.tensors)), key=lambda i: (-self.tensors[i].layer, -i))
         rank = {i: n for n, i in enumerate(sequence)}
-        push = _serve_strict_priority(
+        push = serve_strict_priority(
             [(backward_end[t.layer], class_of[i], rank[i], self.transfer_s(t.bytes))
              for i, t in enumerate(self.tensors)])
-        pull = _serve_strict_priority(
+        pull = serve_strict_priority(
             [(push[i] + self.aggregation_s, class_of[i], rank[i], self.transfer_s(t.bytes))
              for i, t in enumerate(self.tensors)])
         push_end, pull_end = [0.0] * count, [0.0] * count
@@ -168,7 +168,7 @@ class IterationModel:
         return measure
 
 
-def _serve_strict_priority(jobs) -> list[float]:
+def serve_strict_priority(jobs) -> list[float]:
     """Finish time of each job (ready, class, sequence, duration) on a pre-emptive priority link."""
     finish = [0.0] * len(jobs)
     arrivals = sorted(range(len(jobs)), key=lambda i: (jobs[i][0], jobs[i][1], jobs[i][2]))

@@ -4,7 +4,11 @@
    second; the receiver sniffs its NIC (geryon.netconf.verify.DscpSniffer, run there over SSH) and must
    see every byte of it carrying that DSCP.
 2. Queues: the per-class byte counters of the sender's NIC and of the switch port toward the receiver
-   (Linux switches) are read before and after; each probe's bytes must land in its class.
+   (Linux switches) are read before and after; each probe's bytes must land in its class. On a vendor
+   switch the rendering's per-queue counter command (`Rendering.verify`, e.g. SONiC's `show queue
+   counters PORT --json`) runs before and after each probe; where the target's module parses it
+   (`parse_queue_counters`) the probe's packets must show in its class's queue, elsewhere the output is
+   kept in the report for reading.
 3. Contention: a flow of the highest class and one of the default class into the same receiver at the
    same time; the high class must take at least `HIGH_SHARE` of the bottleneck.
 Needs iperf3 on every host for the contention test (Debian package iperf3) and geryon importable by
@@ -21,6 +25,7 @@ from geryon.errors import GeryonError, RemoteError
 from geryon.cluster.inventory import Inventory
 from geryon.cluster.lifecycle import Report
 from geryon.netconf.remote import SshShell
+from geryon.netconf.render import QueueCount, render, target_module
 
 BASE_PORT = 15201
 PROBE_BYTES = 400_000
@@ -75,6 +80,43 @@ def class_bytes(shell, dev: str) -> dict[str, int]:
 
 def _class_ids(inventory: Inventory) -> dict[str, str]:
     return {cls.name: f"1:{0x10 + i:x}" for i, cls in enumerate(inventory.profile.classes)}
+
+
+MIN_PROBE_PACKETS = PROBE_BYTES // 9000  # a probe's packets at the largest MTU: what its queue must count
+
+
+def queue_delta(before: dict[int, QueueCount] | None, after: dict[int, QueueCount] | None, queue: int) -> int | None:
+    """Packets the switch counted on `queue` between two parsed reads (None where it cannot say)."""
+    if before is None or after is None or queue not in before or queue not in after:
+        return None
+    if before[queue].packets is None or after[queue].packets is None:
+        return None
+    return after[queue].packets - before[queue].packets
+
+
+def _switch_read(switch, port: str, command: str):
+    """Run the counter command on the switch; (raw output, {queue: QueueCount} or None where not parsed)."""
+    with _connect(switch) as shell:
+        out = shell.check(command)
+    parse = getattr(target_module(switch.kind), "parse_queue_counters", None)
+    return out, (parse(out).get(port) if parse else None)
+
+
+def switch_queue_item(switch, port: str, cls, queue: int, command: str, before, after) -> dict:
+    """The report item for one probe through a vendor switch port: parsed counters must show it."""
+    item = {"name": f"switch queue {cls.name}", "target": f"{switch.name}:{port} queue {queue}", "command": command,
+            "ok": True}
+    delta = queue_delta(before[1], after[1], queue)
+    if before[1] is None:
+        item["parsed"] = False
+        item["output"] = after[0][-2000:]
+    elif delta is None or delta < MIN_PROBE_PACKETS:
+        item.update(ok=False, packets=delta,
+                    error=f"{switch.name}:{port} counted {delta} packet(s) on queue {queue} for a probe of "
+                          f"{PROBE_BYTES} bytes: the class lands elsewhere (check the DSCP map and the port binding)")
+    else:
+        item["packets"] = delta
+    return item
 
 
 def _background(shell, command: str) -> dict:
@@ -161,21 +203,32 @@ def cluster_check(inventory: Inventory) -> Report:
     ids = _class_ids(inventory)
     bottleneck = inventory.port_toward(receiver.name)
     counters = [(sender.name, sender, sender.nic)]
+    vendor = None
     if bottleneck and bottleneck[0].kind == "linux":
         switch, port = bottleneck
         counters.append((switch.name, switch, port))
+    elif bottleneck:  # a vendor switch: its own per-queue counters, the queues as it carries the profile
+        switch, port = bottleneck
+        carried = render(inventory.profile.with_ports([port]), switch.kind)
+        vendor = (switch, port, carried.verify[0], {c.name: c.queue for c in carried.profile.classes})
     for index, cls in enumerate(inventory.profile.classes):
         item = {"name": f"mark {cls.name}", "target": f"{sender.name} -> {receiver.name} DSCP {cls.dscps[0]}",
                 "ok": False}
         report.items.append(item)
         try:
             before = {name: class_bytes(SshShell(t.endpoint, t.known_hosts), dev) for name, t, dev in counters}
+            switch_before = _switch_read(vendor[0], vendor[1], vendor[2]) if vendor else None
             ok = _probe(inventory, sender, receiver, cls, BASE_PORT + index, item)
             after = {name: class_bytes(SshShell(t.endpoint, t.known_hosts), dev) for name, t, dev in counters}
+            switch_after = _switch_read(vendor[0], vendor[1], vendor[2]) if vendor else None
         except GeryonError as exc:
             item["error"] = str(exc)
             continue
         item["ok"] = ok
+        if vendor:
+            switch, port, command, queues = vendor
+            report.items.append(switch_queue_item(switch, port, cls, queues[cls.name], command, switch_before,
+                                                  switch_after))
         queue_item = {"name": f"queue {cls.name}", "target": ", ".join(f"{n}:{d}" for n, _, d in counters), "ok": True}
         deltas = {}
         for name, _, _ in counters:

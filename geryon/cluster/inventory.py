@@ -7,6 +7,8 @@
     python = "python3"               # on the hosts: runs the DSCP sniffer during `check`
     profile = "two-class"            # built-in or TOML path (relative to the inventory)
     rate = "25gbit"                  # host NIC rate (HTB shapes at it); optional
+    emulated = "demo"                # only in an emulated cluster's inventory (`geryon emulate up --sshd`):
+                                     # every connection is made from inside that cluster
 
     [[host]]
     name = "node1"
@@ -22,14 +24,17 @@
     links = [ { port = "Ethernet0", host = "node1" } ]   # which port leads to which host
 
 Everything is validated (and the profile checked against every switch kind) before any host is contacted.
+An inventory without `emulated` whose addresses lie in a running emulated cluster's subnet is refused
+(geryon.cluster.emulated says why).
 """
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from geryon.cluster.emulated import dial_namespace, refuse_emulated_addresses
 from geryon.errors import InventoryError, QosProfileError
-from geryon.netconf.profile import QosProfile, check_target, resolve_profile
+from geryon.netconf.qos_profile import QosProfile, check_target, resolve_profile
 from geryon.netconf.remote import Endpoint
 from geryon.netconf.render import TARGETS, target_module
 
@@ -111,6 +116,9 @@ def load_inventory(path: "str | Path") -> Inventory:
     except QosProfileError as exc:
         raise QosProfileError(f"{path}: {exc}") from None
     known_hosts = _expand(defaults.get("known_hosts", "~/.ssh/known_hosts"), base)
+    emulated = defaults.get("emulated")
+    if emulated is not None and not isinstance(emulated, str):
+        raise InventoryError(f"{path}: emulated = {emulated!r} must be the emulated cluster's name (a string)")
     hosts, names = [], set()
     for index, entry in enumerate(data.get("host", [])):
         where = f"{path}: host #{index + 1}"
@@ -154,4 +162,17 @@ def load_inventory(path: "str | Path") -> Inventory:
         switches.append(ManagedSwitch(entry.get("name", f"switch{index + 1}"), kind, entry["address"], tuple(ports),
                                       links, endpoint, _expand(entry.get("known_hosts"), base) or known_hosts,
                                       entry.get("python", defaults.get("python", "python3"))))
-    return Inventory(path, profile, tuple(hosts), tuple(switches))
+    return _reachable(Inventory(path, profile, tuple(hosts), tuple(switches)), emulated)
+
+
+def _reachable(inventory: Inventory, emulated: str | None) -> Inventory:
+    """Every endpoint dialed from inside the emulated cluster the inventory names; an inventory naming
+    none is refused if it points into one that is up."""
+    targets = [(t.name, t.address) for t in (*inventory.hosts, *inventory.switches)]
+    if emulated is None:
+        refuse_emulated_addresses(str(inventory.path), targets)
+        return inventory
+    netns = dial_namespace(str(inventory.path), emulated)
+    hosts = tuple(replace(h, endpoint=replace(h.endpoint, netns=netns)) for h in inventory.hosts)
+    switches = tuple(replace(s, endpoint=replace(s.endpoint, netns=netns)) for s in inventory.switches)
+    return replace(inventory, hosts=hosts, switches=switches)

@@ -17,13 +17,13 @@ Modules, one job each:
         cluster.run("h1", ["ping", "-c1", cluster.host("h2").ip])
 
 Segmentation offload (GSO/TSO) stays on by default: TCP then hands 64 KB super-packets through the
-bridge and HTB schedules them whole; priority holds as well as without it (docs/measurements.md) at a
+bridge and HTB schedules them whole; priority holds as well as without it (docs/transport.md) at a
 fraction of the CPU. Pass `offload=False` (`--no-offload`) where a single high-priority packet must
 never wait behind a 64 KB low one (up to 5 ms at 100 Mbit/s): the veths are then created with
 gso_max_segs 1 (MTU packets).
 
 Every link runs at MTU 1500 unless `mtu=` (`--mtu`) says otherwise, e.g. 9000 for the jumbo frames
-of datacenter clusters; HTB's rate holds with 9000-byte frames (docs/transport-profile.md).
+of datacenter clusters; HTB's rate holds with 9000-byte frames (docs/transport.md).
 """
 
 from geryon.emulate.clean import clean

@@ -19,12 +19,11 @@ port is then one 1000-packet FIFO (120 ms at 100 Mbit/s), and two loss-based sen
 packet there in any measured run: which flow left slow start with the larger window keeps the
 larger share for longer than the check runs. Computed from a window the size of that queue, a reno
 sawtooth lasts about 20 s and a cubic epoch about 7 s. Two cubic flows have been measured at
-7%, 35%, 50%, 55% and 65% high share over 3 s (docs/transport-profile.md, eighteenth session).
+7%, 35%, 50%, 55% and 65% high share over 3 s (docs/transport.md).
 Every one of those splits means no priority.
 """
 
 import json
-import os
 import signal
 import sys
 import time
@@ -34,7 +33,7 @@ from collections.abc import Callable
 from geryon.childproc import ChildProcess
 from geryon.emulate import EmulatedCluster
 from geryon.emulate.traffic import traffic_argv
-from geryon.errors import ConfigError, EmulationError, PermissionNeeded
+from geryon.errors import ConfigError, EmulationError, require_root
 from geryon.netconf import default_classes, read_class_counters
 from geryon.rates import format_rate, parse_rate
 
@@ -61,8 +60,7 @@ def run_check(bw: int | str = "100mbit", duration: float = 4.0,
     rate = parse_rate(bw)
     if duration <= warmup:
         raise ConfigError(f"--duration {duration} must exceed the {warmup} s warm-up; try 4")
-    if os.geteuid() != 0:
-        raise PermissionNeeded("the priority check builds network namespaces: run it as root")
+    require_root("the priority check (it builds network namespaces)")
     classes = default_classes(2)
     settings = {"bw_bps": rate, "bw": format_rate(rate), "duration_s": duration, "warmup_s": warmup,
                 "burst_bytes": burst_bytes, "burst_repeat": burst_repeat,

@@ -7,14 +7,13 @@ those forms because other runs may be using other `gy*` names at the same time.
 """
 
 import logging
-import os
 from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
 
 from geryon.emulate import fabric, state
 from geryon.emulate.topology import check_name
-from geryon.errors import ConfigError, PermissionNeeded
+from geryon.errors import ConfigError, require_root
 from geryon.netconf.state import state_dir as netconf_state_dir
 
 log = logging.getLogger(__name__)
@@ -53,8 +52,7 @@ def clean(name: str | None = None, prefix: str | None = None) -> CleanReport:
     name: only the cluster with exactly this name; prefix: only clusters whose name starts with it;
     neither: everything named gy*.
     """
-    if os.geteuid() != 0:
-        raise PermissionNeeded("cleaning up emulated clusters needs root; run it with sudo")
+    require_root("cleaning up emulated clusters")
     if name is not None and prefix is not None:
         raise ConfigError("give either a cluster name or a prefix, not both")
     if name is not None:

@@ -18,9 +18,9 @@ import sys
 
 from geryon.emulate import fabric, state
 from geryon.emulate.clean import clean, cluster_of
-from geryon.emulate.cluster import EmulatedCluster, add_ack_priority_argument, exec_argv, require_root
+from geryon.emulate.cluster import EmulatedCluster, add_ack_priority_argument, exec_argv
 from geryon.emulate.topology import MAX_HOSTS, MIN_HOSTS, TOPOLOGIES, check_name, netns_prefix
-from geryon.errors import ConfigError
+from geryon.errors import ConfigError, require_root
 
 
 def add_commands(commands, bench) -> None:
@@ -110,7 +110,7 @@ def cmd_exec(args) -> int:
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not argv:
         raise ConfigError("no command: use `geryon emulate exec NAME HOST -- CMD...`")
-    require_root("running a command in an emulated host")
+    require_root("running a command in an emulated host (network namespaces)")
     cluster = EmulatedCluster.from_record(check_name(args.name))
     host = cluster.host(args.host)
     try:
@@ -121,7 +121,7 @@ def cmd_exec(args) -> int:
 
 def cmd_down(args) -> int:
     check_name(args.name)
-    require_root("removing an emulated cluster")
+    require_root("removing an emulated cluster (network namespaces and tc)")
     if not state.record_exists(args.name) and not fabric.list_netns(netns_prefix(args.name)):
         raise ConfigError(f"no emulated cluster named {args.name!r} is up; see `geryon emulate list`")
     report = clean(name=args.name)

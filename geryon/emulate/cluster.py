@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 from geryon.emulate import fabric, state
 from geryon.emulate.topology import (SUBNET, Topology, build_topology, check_host_count, check_name,
                                      netns_prefix)
-from geryon.errors import ConfigError, EmulationError, NameInUse, PermissionNeeded
+from geryon.childproc import in_netns
+from geryon.errors import ConfigError, EmulationError, NameInUse, require_root
 from geryon.netconf import (PriorityClass, install_priority_queues, install_shaping, parse_classes)
 from geryon.netconf.plan import ACK_MODES, parse_ack_priority
 from geryon.rates import format_rate, parse_rate
@@ -36,16 +37,11 @@ class Host:
     iface: str = "eth0"
 
 
-def require_root(action: str) -> None:
-    if os.geteuid() != 0:
-        raise PermissionNeeded(f"{action} needs root (network namespaces and tc); run it with sudo")
-
-
 def exec_argv(netns: str, argv: list[str]) -> list[str]:
     """`argv` wrapped so that it runs inside `netns` (nsenter execs it: the PID stays the command's)."""
     if not argv:
         raise ConfigError("no command given to run in the host")
-    return ["nsenter", f"--net={fabric.NETNS_DIR}/{netns}", "--", *map(str, argv)]
+    return in_netns(netns, argv)
 
 
 def check_mtu(mtu) -> int:
@@ -70,7 +66,7 @@ def _read_proc(path: str) -> str:
 
 # Where TCP pure ACKs ride on every priority-queued egress (host and switch port), so that a receiver's
 # ACKs do not wait behind bulk data going the other way: "off", "top" (the top priority class) or "own" (a
-# class above it; geryon.netconf.plan). Measured in docs/transport-profile.md, "Sixth session".
+# class above it; geryon.netconf.plan). Measured in docs/transport.md.
 DEFAULT_ACK_PRIORITY = "own"
 
 
@@ -112,7 +108,7 @@ class EmulatedCluster:
 
     def up(self) -> "EmulatedCluster":
         """Build the cluster; on any failure remove whatever was built and re-raise."""
-        require_root("building an emulated cluster")
+        require_root("building an emulated cluster (network namespaces and tc)")
         if self._up:
             return self
         if not state.claim_record(self.name):
@@ -183,7 +179,7 @@ class EmulatedCluster:
         """
         if not self._owned:
             return
-        require_root("removing an emulated cluster")
+        require_root("removing an emulated cluster (network namespaces and tc)")
         started = time.monotonic()
         self._remove()
         self.timings["down_s"] = time.monotonic() - started

@@ -16,10 +16,10 @@ from pyroute2 import IPRoute, netns
 from geryon.emulate.topology import PREFIX_LEN, Endpoint, Topology
 from geryon.errors import EmulationError
 from geryon.netconf import forget_netns_state
+from geryon.netnames import NETNS_DIR
 
 log = logging.getLogger(__name__)
 
-NETNS_DIR = "/run/netns"
 # offload=False: a veth whose gso_max_segs is 1 makes TCP emit MTU-sized packets, so HTB never holds a
 # high-priority packet behind a 64 KB low-priority super-packet (5 ms at 100 Mbit/s). Set by netlink at
 # creation, which is cheaper than running ethtool in every namespace. See geryon/emulate/__init__.py.

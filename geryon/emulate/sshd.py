@@ -3,8 +3,11 @@
 `start_cluster_sshd(cluster)` makes a throwaway host key and client key in the cluster's state folder,
 gives each switch bridge an address (10.199.255.N) so the Linux switch is reachable too, starts one sshd
 per namespace (it daemonizes; `geryon emulate down` kills it with the namespace), writes known_hosts with
-the real host key, and writes `inventory.toml` describing the cluster for `geryon cluster`. Everything an
-sshd needs is in NOTES.md: a minimal config, `/run/sshd`, no PAM.
+the real host key, and writes `inventory.toml` describing the cluster for `geryon cluster`. The inventory
+names the cluster (`emulated = "NAME"`): geryon cluster then makes every connection from inside the
+namespace of host DIAL_HOST, so it works from the machine's own shell and never dials the cluster's
+addresses through the machine's own network. Everything an sshd needs is in NOTES.md: a minimal config,
+`/run/sshd`, no PAM.
 """
 
 import os
@@ -16,12 +19,13 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from geryon.emulate import state
-from geryon.emulate.fabric import NETNS_DIR
+from geryon.childproc import in_netns
 from geryon.emulate.topology import PREFIX_LEN
 from geryon.errors import EmulationError
 
 SSHD = "/usr/sbin/sshd"
 PORT = 22
+DIAL_HOST = "h1"  # the head node: `geryon cluster` connects to the cluster from inside this host's namespace
 
 
 def switch_ip(index: int) -> str:
@@ -47,7 +51,7 @@ def start_sshd(netns: str, address: str, folder: Path, port: int = PORT) -> Path
                       "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
                       f"PermitRootLogin prohibit-password\nPidFile {folder / f'sshd_{tag}.pid'}\n")
     log.unlink(missing_ok=True)
-    subprocess.run(["nsenter", f"--net={NETNS_DIR}/{netns}", "--", SSHD, "-f", str(config), "-E", str(log)],
+    subprocess.run(in_netns(netns, [SSHD, "-f", str(config), "-E", str(log)]),
                    check=True, timeout=10)
     deadline = time.monotonic() + 10
     while not (log.exists() and "Server listening" in log.read_text()):
@@ -88,7 +92,8 @@ def start_cluster_sshd(cluster) -> Path:
 
 def _inventory(cluster, description, switches, folder: Path) -> str:
     lines = [f"# emulated cluster {cluster.name}: written by `geryon emulate up --sshd`", "",
-             "[defaults]", 'user = "root"', f'key = "{folder / "client"}"',
+             "[defaults]", f'emulated = "{cluster.name}"  # connections leave from inside the cluster (host '
+             f'{DIAL_HOST})', 'user = "root"', f'key = "{folder / "client"}"',
              f'known_hosts = "{folder / "known_hosts"}"', f'python = "{sys.executable}"',
              'profile = "two-class"', f'rate = "{description["rate_text"].lower()}"', ""]
     for host in description["hosts"]:

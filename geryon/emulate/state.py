@@ -11,17 +11,15 @@ import json
 import os
 from pathlib import Path
 
-from geryon import envvars
 from geryon.errors import EmulationError
+from geryon.netnames import state_base
 from geryon.safefiles import create_exclusive, replace_file
 
-DEFAULT_STATE_BASE = "/run/geryon"
-STATE_DIR_ENV = envvars.STATE_DIR
 
 
 def state_dir() -> Path:
     """Where cluster records live."""
-    return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_BASE) / "clusters"
+    return state_base() / "clusters"
 
 
 def record_path(name: str) -> Path:

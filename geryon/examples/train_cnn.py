@@ -5,6 +5,7 @@
     python -m geryon.launch --mode ps --workers 4 --servers 2 examples/train_cnn.py
     torchrun --nproc-per-node 2 examples/train_cnn.py              # plain torchrun
     python -m geryon.launch --nproc-per-node 2 examples/train_cnn.py  # torchrun's flag works too
+    python -m geryon.launch --local --nproc-per-node 2 examples/train_cnn.py --device cuda   # on GPUs
 
 The data set is generated, not downloaded: each class is a smooth random 3x32x32 pattern (from a
 fixed seed), and every image is its class pattern, randomly shifted, plus Gaussian noise; so it is
@@ -13,7 +14,11 @@ global batch of W x batch-size images. `--global-batch-size G` gives the global 
 worker takes G/W), so that W workers follow the same loss curve as one process with the same G.
 The printed loss is the mean over workers (the global batch's loss); `--log-json` prints one JSON
 object per iteration for machines ({"iteration", "loss", "time_s"}) and one at the end
-({"final": true, "accuracy", "images_per_s", ...}).
+({"final": true, "accuracy", "images_per_s", ...}). `--device auto` (the default) trains on the
+rank's GPU when the process sees one (geryon.init() picks it by LOCAL_RANK), else on the CPU.
+Iteration i always trains on the i-th global batch, so a job that resumes from a server checkpoint
+(`--mode ps --max-restarts N --ps-checkpoint-every K --ps-checkpoint-dir DIR`) skips the batches of
+the `ctx.resumed_step` iterations already done and sees the batches of an uninterrupted run.
 """
 
 import argparse
@@ -25,6 +30,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import geryon
+from geryon.errors import ConfigError
+from geryon.runtime.device import DEVICE_CHOICES, select_device
 
 CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)
@@ -104,6 +111,8 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--log-json", action="store_true", help="print one JSON line per iteration")
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
+                        help="where the model trains: auto (the rank's GPU when there is one), cpu, cuda")
     return parser.parse_args(argv)
 
 
@@ -125,20 +134,29 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     job = geryon.init()
+    try:
+        device = select_device(args.device, job.local_rank)
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from None
     local, global_batch = batch_sizes(args, job.world_size)
     mine = slice(job.rank * local, (job.rank + 1) * local)
 
     images, labels = make_dataset(args.train_size, seed=args.seed)
     test_images, test_labels = make_dataset(args.test_size, seed=args.seed + 1)
+    images, labels, test_images, test_labels = (t.to(device) for t in (images, labels, test_images, test_labels))
     torch.manual_seed(args.seed)
-    model = SmallCNN(args.width, args.hidden)
+    model = SmallCNN(args.width, args.hidden).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     model, optimizer = geryon.distribute(model, optimizer)
 
     batches = global_batches(args.train_size, global_batch, seed=args.seed)
+    for _ in range(job.resumed_step):   # resumed from a server checkpoint: these batches are trained
+        next(batches)
     started = time.perf_counter()
-    for iteration in range(args.iterations):
-        index = next(batches)[mine]
+    global_loss = float("nan")
+    done = max(0, args.iterations - job.resumed_step)
+    for iteration in range(job.resumed_step, args.iterations):
+        index = next(batches)[mine].to(device)
         optimizer.zero_grad()
         loss = F.cross_entropy(model(images[index]), labels[index])
         loss.backward()
@@ -155,8 +173,8 @@ def main(argv=None) -> None:
         summary = {"final": True, "loss": global_loss, "accuracy": accuracy(model, test_images, test_labels),
                    "iterations": args.iterations, "workers": job.world_size, "mode": job.mode,
                    "batch_size": local, "global_batch_size": global_batch,
-                   "seconds": round(elapsed, 3), "images_per_s": round(args.iterations * global_batch
-                                                                       / elapsed, 1)}
+                   "seconds": round(elapsed, 3), "images_per_s": round(done * global_batch / elapsed, 1),
+                   "resumed_from": job.resumed_step}
         if args.log_json:
             print(json.dumps(summary), flush=True)
         else:

@@ -11,6 +11,9 @@ Usage
                             [--timeline FILE] [--timeout S] [--grace S]
                             [--ps-optimizer auto|server|worker]
                             [--ps-pull auto|end|ahead] [--ps-placement bytes|count] [--tls]
+                            [--collectives geryon|nccl|nccl-ib:SL,...|gloo-classes]
+                            [--max-restarts N]
+                            [--ps-checkpoint-every K --ps-checkpoint-dir DIR]
                             SCRIPT [ARGS...]
 
 It feels like torchrun: the script is started once per worker, and sees the usual variables
@@ -44,6 +47,23 @@ TLS (--tls)
   job; over SSH the same on the rank's stdin). The job secret's handshake still runs inside. The store's
   values are signed, not encrypted. Details: docs/security.md.
 
+Collectives in allreduce mode (--collectives; details in docs/nccl.md)
+---------------------------------------------------------------------
+What carries the gradient buckets, each bucket in its priority class (the same hook, classes and
+--priority search for every choice). Named --collectives because the backends above are how processes
+are started, a different choice.
+  geryon        geryon's ring allreduce over its per-class TCP flows, marked with each class's DSCP
+                (the default).
+  nccl          one NCCL process group per class, each created with its own traffic class: the
+                class's DSCP << 2, the IP TOS byte on RoCE. Needs NCCL >= 2.26 and a PyTorch with
+                ProcessGroupNCCL.Options().config.traffic_class; a rank stops with an error naming
+                what is missing. NCCL_IB_TC / NCCL_IB_SL override every group's class inside NCCL:
+                each rank warns when it finds one.
+  nccl-ib:S,... the same on InfiniBand: one service level (0-15) per class, most urgent first.
+  gloo-classes  one gloo group per class; gloo cannot mark packets, so the classes get their own
+                connections and queues on the hosts but look alike to the network.
+  Refused with --mode ps, a --policy other than geryon, or --tls.
+
 Definitions
 -----------
   worker   a process running SCRIPT; workers are RANK 0..N-1 and WORLD_SIZE is N.
@@ -57,14 +77,17 @@ Environment
 Every flag has a twin, read when the flag is absent: GERYON_MODE, GERYON_WORKERS, GERYON_SERVERS,
 GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_EMULATE, GERYON_BW, GERYON_TOPOLOGY,
 GERYON_LOCAL, GERYON_HOSTFILE, GERYON_KNOWN_HOSTS, GERYON_TIMELINE, GERYON_TIMEOUT, GERYON_GRACE,
-GERYON_PS_OPTIMIZER, GERYON_PS_PULL, GERYON_PS_PLACEMENT, GERYON_TLS.
+GERYON_PS_OPTIMIZER, GERYON_PS_PULL, GERYON_PS_PLACEMENT, GERYON_TLS, GERYON_COLLECTIVES,
+GERYON_MAX_RESTARTS, GERYON_PS_CHECKPOINT_EVERY, GERYON_PS_CHECKPOINT_DIR.
 
 Ranks see RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (a TCPStore
 the launcher hosts; TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun), and GERYON_ROLE,
 GERYON_RANK_NAME, GERYON_WORKER_RANK / GERYON_SERVER_RANK, GERYON_WORKERS, GERYON_SERVERS,
 GERYON_MODE, GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_JOB_ID, GERYON_JOB_SECRET (for
 the transport to authenticate its connections), GERYON_BACKEND, GERYON_HOST_IP, GERYON_IFACE,
-GERYON_TIMELINE, GERYON_STORE_PREFIX, with --tls GERYON_TLS_FILE or GERYON_TLS_CREDENTIALS (see
+GERYON_TIMELINE, GERYON_STORE_PREFIX, GERYON_COLLECTIVES, GERYON_RESTART_COUNT and torchrun's
+TORCHELASTIC_RESTART_COUNT (0 at the first start, n after the n-th restart), GERYON_PS_CHECKPOINT_EVERY,
+GERYON_PS_CHECKPOINT_DIR, with --tls GERYON_TLS_FILE or GERYON_TLS_CREDENTIALS (see
 geryon.envvars.JOB_VARIABLES).
 GERYON_TRANSPORT_TIMEOUT (inherited, not a flag): seconds without progress before the transport
 declares a peer dead (default 60).
@@ -159,6 +182,36 @@ signal N) after printing its last lines. --timeout S stops the job after S secon
 Ctrl-C or SIGTERM to the launcher stops every rank the same way, removes the emulated cluster, and
 exits 130. Bad input (a missing script, a bad hostfile line, an unknown host, more servers than hosts,
 an unknown policy, a bad rate) is reported before anything starts, with exit code 2.
+
+Recovery (--max-restarts, --ps-checkpoint-every)
+------------------------------------------------
+--max-restarts N (GERYON_MAX_RESTARTS; default 0): as under torchrun, when a rank or server fails (a
+non-zero exit, a signal, a server quitting while workers run), every rank is stopped as above and then
+the whole job starts again: every worker and server on the same placement (the same hosts; a fresh
+emulated cluster of the same shape), with a fresh store, job secret and TLS credentials. Ranks tell
+which start they are in from GERYON_RESTART_COUNT / TORCHELASTIC_RESTART_COUNT (ctx.restart_count).
+After N restarts a job that still fails stops with the last failure's message and "gave up after N
+restarts", and its exit code. A timeout or an interrupt is never restarted; --timeout counts over all
+starts.
+A restart begins where the job's state was saved: in allreduce mode the script's own checkpoint (e.g.
+examples/train_resnet.py --checkpoint-dir DIR --checkpoint-every K --resume latest); in ps mode the
+servers' own checkpoints: --ps-checkpoint-every K --ps-checkpoint-dir DIR (GERYON_PS_CHECKPOINT_EVERY,
+GERYON_PS_CHECKPOINT_DIR; ps mode, with the servers running the optimizer): after every K-th step each
+server writes its shards' values, optimizer state and version to DIR, atomically (a temporary file,
+fsync, rename), one file per server and step, and worker 0 then writes the model's buffers (BatchNorm
+statistics) and the step's marker. The workers' step count is the version.
+Consistency rule: a step S is consistent when its marker and every server's file of S exist; a server
+writes its file only when every shard it holds is at version S, so every shard of a consistent step is
+at the same version S. DIR keeps the last two consistent steps. A job that starts (first start or
+restart) with a consistent step in DIR resumes from the latest one: the servers load it, the workers
+pull it and count on from it, and the script learns it from ctx.resumed_step (geryon.init()), to skip
+the data of steps 0..S-1 and to advance anything else that counts steps (an lr scheduler: call its
+step() S times) -- the optimizer's own state comes from the servers, not from a user checkpoint.
+An empty DIR starts afresh. Every rank reads DIR at start, the servers and worker 0 write it: it must
+be the same directory for all of them (over SSH: a shared filesystem). Refused before start: --ps-checkpoint-every
+without --ps-checkpoint-dir (or the reverse), in allreduce mode, with --ps-optimizer worker (the
+optimizer state lives in the workers; when auto chooses it, the workers stop at the first forward),
+and with --priority search.
 """
 
 from geryon.launch.config import LaunchConfig, parse_launch_args

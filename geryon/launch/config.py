@@ -12,12 +12,12 @@ import secrets
 from dataclasses import dataclass, field
 
 from geryon import envvars as ev
-from geryon.errors import ConfigError, PermissionNeeded
+from geryon.collectives import GERYON, check_class_count, parse_collectives
+from geryon.errors import ConfigError, require_root
 from geryon.launch.hostfile import HostSpec, parse_hostfile
 from geryon.rates import parse_rate
+from geryon.transport.policy import PLACEMENTS, POLICIES
 
-MODES = ("allreduce", "ps")
-POLICIES = ("vanilla", "slicing", "endhost", "geryon")
 PRIORITY_SCHEMES = ("coarse", "search", "threshold=T")
 TOPOLOGIES = ("star", "leafspine")
 BACKENDS = ("local", "emulate", "ssh")
@@ -33,10 +33,10 @@ ENV_TWINS = {
     "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
     "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
     "ps_pull": ev.PS_PULL, "ps_placement": ev.PS_PLACEMENT, "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
+    "collectives": ev.COLLECTIVES,
+    "max_restarts": ev.MAX_RESTARTS, "ps_checkpoint_every": ev.PS_CHECKPOINT_EVERY,
+    "ps_checkpoint_dir": ev.PS_CHECKPOINT_DIR,
 }
-PS_OPTIMIZER_MODES = ("auto", "server", "worker")
-PS_PULL_MODES = ("auto", "end", "ahead")
-PS_PLACEMENTS = ("bytes", "count")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -69,6 +69,11 @@ class LaunchConfig:
     secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     tls: bool = False                            # TLS on the data flows (geryon.transport.tls)
     tls_file: str | None = None                  # set by the launcher: the job's credentials (0600)
+    collectives: str = GERYON                    # allreduce mode: what carries the buckets (geryon.collectives)
+    max_restarts: int = 0                        # restarts of the whole job after a rank or server failed
+    restart_count: int = 0                       # set by the launcher: this start's number (0: the first)
+    ps_checkpoint_every: int = 0                 # ps mode: the servers checkpoint every K steps (0: never)
+    ps_checkpoint_dir: str | None = None         # ps mode: absolute path of the servers' checkpoints
 
     @property
     def ranks(self) -> int:
@@ -139,6 +144,21 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
     parser.add_argument("--tls", action="store_true", default=None,
                         help="encrypt the data flows with TLS; the launcher makes a key and certificate "
                              f"for the job and every rank verifies its peers' against it ({ev.TLS})")
+    parser.add_argument("--collectives", default=twin("collectives"),
+                        metavar="geryon|nccl|nccl-ib:SL,...|gloo-classes",
+                        help="allreduce mode: what carries the gradient buckets: geryon's ring over its "
+                             "marked flows (default), one NCCL group per class with its own traffic class "
+                             "(RoCE: DSCP << 2; nccl-ib: one InfiniBand service level per class), or one "
+                             f"gloo group per class, unmarked (docs/nccl.md; {ev.COLLECTIVES})")
+    parser.add_argument("--max-restarts", default=twin("max_restarts"), metavar="N",
+                        help="when a rank or server fails, stop the job and start it again, up to N times "
+                             f"(default 0; {ev.MAX_RESTARTS})")
+    parser.add_argument("--ps-checkpoint-every", default=twin("ps_checkpoint_every"), metavar="K",
+                        help="ps mode: the servers write their shards, optimizer state and version every K "
+                             "steps to --ps-checkpoint-dir, and a (re)started job resumes from the last "
+                             f"consistent step there ({ev.PS_CHECKPOINT_EVERY})")
+    parser.add_argument("--ps-checkpoint-dir", default=twin("ps_checkpoint_dir"), metavar="DIR",
+                        help=f"ps mode: where the servers' checkpoints go ({ev.PS_CHECKPOINT_DIR})")
     parser.add_argument("script", metavar="SCRIPT", help="the training script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                         help="arguments for the script")
@@ -161,7 +181,7 @@ def parse_launch_args(argv: list[str] | None = None, environ=None) -> LaunchConf
 def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     """Validate parsed arguments (strings or None) into a LaunchConfig; raise ConfigError on bad input."""
     script = _check_script(args.script)
-    mode = _choice(args.mode or "allreduce", MODES, "--mode")
+    mode = _choice(args.mode or "allreduce", ev.MODES, "--mode")
     policy = _choice(args.policy or "geryon", POLICIES, "--policy")
     priority = check_priority(args.priority or "coarse")
     classes = check_classes(args.classes)
@@ -190,15 +210,15 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     ps_optimizer = getattr(args, "ps_optimizer", None)
     if ps_optimizer and mode != "ps":
         raise ConfigError(f"--ps-optimizer {ps_optimizer} applies to --mode ps only")
-    ps_optimizer = _choice(ps_optimizer or "auto", PS_OPTIMIZER_MODES, "--ps-optimizer")
+    ps_optimizer = _choice(ps_optimizer or "auto", ev.PS_OPTIMIZER_MODES, "--ps-optimizer")
     ps_pull = getattr(args, "ps_pull", None)
     if ps_pull and mode != "ps":
         raise ConfigError(f"--ps-pull {ps_pull} applies to --mode ps only")
-    ps_pull = _choice(ps_pull or "auto", PS_PULL_MODES, "--ps-pull")
+    ps_pull = _choice(ps_pull or "auto", ev.PS_PULL_MODES, "--ps-pull")
     ps_placement = getattr(args, "ps_placement", None)
     if ps_placement and mode != "ps":
         raise ConfigError(f"--ps-placement {ps_placement} applies to --mode ps only")
-    ps_placement = _choice(ps_placement or "bytes", PS_PLACEMENTS, "--ps-placement")
+    ps_placement = _choice(ps_placement or "bytes", PLACEMENTS, "--ps-placement")
     workers = _count(args.workers, "--workers", minimum=1)
     if workers is None:
         workers = sum(h.slots for h in hosts) if hosts else DEFAULT_WORKERS
@@ -213,9 +233,7 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
                               f"unknown host keys: add them after checking their fingerprints "
                               f"(ssh-keyscan -p PORT HOST >> {known_hosts}) or pass --known-hosts FILE")
     if backend == "emulate":
-        if os.geteuid() != 0:
-            raise PermissionNeeded("--emulate builds network namespaces and needs root; run it with sudo "
-                                   "or use --local")
+        require_root("--emulate (it builds network namespaces)", "run it with sudo or use --local")
         from geryon.emulate.topology import check_host_count  # lazy: pulls in pyroute2
 
         check_host_count(emulated_host_count(workers, servers))
@@ -225,7 +243,11 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         if not os.path.isdir(os.path.dirname(timeline)):
             raise ConfigError(f"--timeline {args.timeline!r}: folder {os.path.dirname(timeline)!r} "
                               f"does not exist")
+    collectives = check_collectives(getattr(args, "collectives", None), mode, policy, classes,
+                                    bool(getattr(args, "tls", False)))
     timeout = _seconds(args.timeout, "--timeout", allow_zero=False)
+    max_restarts = _count(getattr(args, "max_restarts", None), "--max-restarts", minimum=0) or 0
+    every, checkpoint_dir = _ps_checkpoints(args, mode, priority, ps_optimizer)
     grace = _seconds(args.grace, "--grace", allow_zero=True)
     return LaunchConfig(
         script=script, script_args=tuple(args.script_args or ()), mode=mode, workers=workers,
@@ -234,7 +256,32 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         topology=topology, hosts=hosts, known_hosts=known_hosts, timeline=timeline, timeout=timeout,
         grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer, ps_pull=ps_pull,
         ps_placement=ps_placement,
-        tls=bool(getattr(args, "tls", False)))
+        tls=bool(getattr(args, "tls", False)), collectives=collectives, max_restarts=max_restarts,
+        ps_checkpoint_every=every,
+        ps_checkpoint_dir=checkpoint_dir)
+
+
+def _ps_checkpoints(args, mode: str, priority: str, ps_optimizer: str) -> tuple[int, str | None]:
+    """--ps-checkpoint-every K and --ps-checkpoint-dir DIR: both or neither, ps mode, servers stepping."""
+    every = _count(getattr(args, "ps_checkpoint_every", None), "--ps-checkpoint-every", minimum=1)
+    directory = getattr(args, "ps_checkpoint_dir", None) or None
+    if every is None and directory is None:
+        return 0, None
+    if every is None or directory is None:
+        raise ConfigError("--ps-checkpoint-every K and --ps-checkpoint-dir DIR go together: give both")
+    if mode != "ps":
+        raise ConfigError("--ps-checkpoint-every applies to --mode ps only; in allreduce mode there is no "
+                          "server state: resume from the script's own checkpoint")
+    if ps_optimizer == "worker":
+        raise ConfigError("--ps-checkpoint-every saves the optimizer the servers run; with --ps-optimizer "
+                          "worker the optimizer state lives in the workers: save the script's own checkpoint")
+    if priority == "search":
+        raise ConfigError("--ps-checkpoint-every with --priority search: a restart would search again from "
+                          "the start; choose a threshold (--priority threshold=T) for a job that checkpoints")
+    directory = os.path.abspath(os.path.expanduser(directory))
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ConfigError(f"--ps-checkpoint-dir {directory!r} is a file, not a directory")
+    return every, directory
 
 
 def _search_classes(priority: str, classes: str | None, max_classes: int) -> str:
@@ -250,6 +297,25 @@ def _search_classes(priority: str, classes: str | None, max_classes: int) -> str
         raise ConfigError(f"--max-classes {max_classes} needs at least {max_classes} priority classes, but "
                           f"--classes {classes!r} has {count}; give more classes or a smaller --max-classes")
     return classes
+
+
+def check_collectives(text: str | None, mode: str, policy: str, classes: str | None, tls: bool) -> str:
+    """Validate --collectives against the other flags; its canonical text."""
+    chosen = parse_collectives(text)
+    if not chosen.process_groups:
+        return chosen.text()
+    if mode != "allreduce":
+        raise ConfigError(f"--collectives {chosen.text()} applies to --mode allreduce only; ps mode's pushes "
+                          "and pulls travel over geryon's transport")
+    if policy != ev.DEFAULT_POLICY:
+        raise ConfigError(f"--policy {policy} chooses how geryon's transport schedules its flows; with "
+                          f"--collectives {chosen.text()} the classes' process groups carry the buckets (drop "
+                          "--policy, or use --collectives geryon)")
+    if tls:
+        raise ConfigError("--tls encrypts geryon's own flows; NCCL and gloo groups are not encrypted (drop "
+                          "--tls, or use --collectives geryon)")
+    check_class_count(chosen, len(classes.split(",")) if classes else 2)
+    return chosen.text()
 
 
 def default_backend() -> str:

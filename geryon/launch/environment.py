@@ -1,10 +1,10 @@
 """What each rank starts with: its command line, and its environment (torch's variables plus geryon's).
 
 Workers see what torchrun gives them (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT, and TORCHELASTIC_USE_AGENT_STORE=True because the launcher hosts the TCPStore), so a
-plain `torch.distributed.init_process_group("gloo")` works. Servers get no RANK: they are not part
-of the workers' process group. Every rank gets the variables of geryon.envvars.JOB_VARIABLES, which
-geryon.runtime.env.RankEnv reads back.
+MASTER_PORT, TORCHELASTIC_RESTART_COUNT, and TORCHELASTIC_USE_AGENT_STORE=True because the launcher
+hosts the TCPStore), so a plain `torch.distributed.init_process_group("gloo")` works.
+Servers get no RANK: they are not part of the workers' process group. Every rank gets the variables
+of geryon.envvars.JOB_VARIABLES, which geryon.runtime.env.RankEnv reads back.
 """
 
 import sys
@@ -17,7 +17,8 @@ from geryon.launch.placement import RankSpec
 TORCH_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 # Launcher-only twins: meaningless inside a rank, and a nested launcher must not inherit them.
 _LAUNCHER_ONLY = tuple(ENV_TWINS[k] for k in ("emulate", "local", "hostfile", "known_hosts", "timeout",
-                                              "grace", "bw", "topology", "max_classes", "tls"))
+                                              "grace", "bw", "topology", "max_classes", "tls",
+                                              "max_restarts"))
 
 
 def rank_argv(config: LaunchConfig, spec: RankSpec, python: str | None = None) -> list[str]:
@@ -53,6 +54,11 @@ def job_environment(config: LaunchConfig, spec: RankSpec, master_addr: str, mast
         ev.PS_OPTIMIZER: config.ps_optimizer,
         ev.PS_PULL: config.ps_pull,
         ev.PS_PLACEMENT: config.ps_placement,
+        ev.COLLECTIVES: config.collectives,
+        ev.PS_CHECKPOINT_EVERY: str(config.ps_checkpoint_every),
+        ev.PS_CHECKPOINT_DIR: config.ps_checkpoint_dir or "",
+        ev.RESTART_COUNT: str(config.restart_count),
+        ev.TORCH_RESTART_COUNT: str(config.restart_count),
         "WORLD_SIZE": str(config.workers),
     }
     if config.max_classes:

@@ -1,12 +1,17 @@
-"""The launcher's entry point: parse, pick the backend, run the job, report how it ended."""
+"""The launcher's entry point: parse, pick the backend, run the job (again, after a failure, up to
+--max-restarts times), report how it ended."""
 
+import dataclasses
 import importlib
+import os
+import secrets
 import sys
+import time
 
 from geryon.errors import ConfigError, GeryonError
 from geryon.launch.config import LaunchConfig, parse_launch_args
 from geryon.launch.credentials import job_credentials
-from geryon.launch.supervise import EXIT_INTERRUPTED, JobResult
+from geryon.launch.supervise import EXIT_INTERRUPTED, EXIT_TIMEOUT, JobResult
 from geryon.signals import sigterm_as_interrupt
 
 BACKEND_MODULES = {
@@ -18,14 +23,46 @@ PROG = "geryon.launch"
 
 
 def run(config: LaunchConfig, out=None, err=None) -> JobResult:
-    """Run one job to its end with the backend the config names; raises GeryonError on setup errors."""
+    """Run one job to its end with the backend the config names; raises GeryonError on setup errors.
+
+    A job whose rank or server failed is started again, whole, up to config.max_restarts times:
+    every rank on the same placement, with a fresh store, secret and credentials, and
+    config.restart_count (GERYON_RESTART_COUNT, TORCHELASTIC_RESTART_COUNT) telling the ranks which
+    start this is. A timeout or an interrupt is never restarted.
+    """
     backend = importlib.import_module(BACKEND_MODULES[config.backend])
+    if config.ps_checkpoint_dir:
+        os.makedirs(config.ps_checkpoint_dir, exist_ok=True)
+    started = time.monotonic()
     try:
-        with job_credentials(config) as job:     # --tls: the job's key and certificate, removed after
-            return backend.run_job(job, out=out, err=err)
+        for restart in range(config.max_restarts + 1):
+            attempt = _attempt(config, restart, time.monotonic() - started)
+            with job_credentials(attempt) as job:   # --tls: the job's key and certificate, removed after
+                result = backend.run_job(job, out=out, err=err)
+            if result.ok or result.exit_code in (EXIT_INTERRUPTED, EXIT_TIMEOUT):
+                break
+            if restart < config.max_restarts:
+                print(f"{PROG}: {result.message}; restarting the job (restart {restart + 1} of "
+                      f"{config.max_restarts})", file=sys.stderr, flush=True)
+        if config.max_restarts and not result.ok and result.exit_code not in (EXIT_INTERRUPTED, EXIT_TIMEOUT):
+            result.message += f"; gave up after {_restarts(config.max_restarts)}"
+        result.elapsed_s = time.monotonic() - started
+        return result
     finally:
         if config.timeline:
             merge_timeline(config.timeline, err)
+
+
+def _restarts(count: int) -> str:
+    return f"{count} restart{'s' * (count != 1)}"
+
+
+def _attempt(config: LaunchConfig, restart: int, elapsed: float) -> LaunchConfig:
+    """The config of start number `restart`: a fresh secret after the first, the time --timeout leaves."""
+    if restart == 0:
+        return config
+    timeout = None if config.timeout is None else max(0.001, config.timeout - elapsed)
+    return dataclasses.replace(config, restart_count=restart, secret=secrets.token_hex(16), timeout=timeout)
 
 
 def merge_timeline(path: str, err=None) -> None:

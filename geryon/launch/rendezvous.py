@@ -20,10 +20,9 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 from geryon.errors import LaunchError
-from geryon.netnames import check_netns_name
+from geryon.netnames import netns_path
 
 CLONE_NEWNET = 0x40000000
-NETNS_DIR = "/var/run/netns"
 STORE_TIMEOUT = timedelta(minutes=5)
 LISTEN_BACKLOG = 1024
 
@@ -81,7 +80,7 @@ def _create_in_netns(address: str, netns: str):
 def enter_netns_this_thread(netns: str) -> None:
     """Move the calling thread (only) into network namespace `netns`."""
     libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(os.path.join(NETNS_DIR, check_netns_name(netns)), os.O_RDONLY)
+    fd = os.open(netns_path(netns), os.O_RDONLY)
     try:
         if libc.setns(fd, CLONE_NEWNET) != 0:
             errno = ctypes.get_errno()

@@ -12,9 +12,10 @@ Knows nothing of training, transport or the emulated cluster; they call it.
   counters      read_class_counters -> ClassCounters per class
   state         the sidecar that remembers class names for later readers
   verify        DscpSniffer: packets and bytes per (source, DSCP) seen on an interface
+  sniff         the capture process DscpSniffer starts inside the namespace (scapy)
 
 Switch QoS profiles (docs/switch-qos.md), imported by their users, not here:
-  profile       QosProfile: classes with DSCPs, queue, strict/weighted; TOML, built-ins, --classes; limits
+  qos_profile   QosProfile: classes with DSCPs, queue, strict/weighted; TOML, built-ins, --classes; limits
   render/       one renderer per target: linux, sonic, openconfig, eos, nxos, nvue, junos
   remote        Endpoint (KIND@HOST) and SshShell (paramiko, known_hosts enforced)
   tcstate       a Linux device's tc state: dump, canonical form, restore commands

@@ -6,13 +6,12 @@ gives the same state; a failure half-way removes the partial configuration befor
 """
 
 import errno
-import os
 import subprocess
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from geryon.errors import InterfaceNotFound, NetconfError, PermissionNeeded
+from geryon.errors import InterfaceNotFound, NetconfError, require_root
 from geryon.netconf.capabilities import detect_capabilities
 from geryon.netconf.plan import (AckFilterOp, ClassOp, FilterOp, Operation, QdiscOp, QueuePlan,
                                  build_priority_plan, build_shaping_plan, handle_to_int)
@@ -103,9 +102,7 @@ def open_device(dev: str, netns: str | None) -> tuple[IPRoute, int]:
 
 
 def _require_root() -> None:
-    if os.geteuid() != 0:
-        raise PermissionNeeded("programming queues needs root (CAP_NET_ADMIN): run with sudo, "
-                               "or use `geryon netconf show` for a dry run")
+    require_root("programming queues (CAP_NET_ADMIN)", "run with sudo, or use `geryon netconf show` for a dry run")
 
 
 def _delete_root(ipr: IPRoute, index: int) -> None:

@@ -14,12 +14,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from geryon import envvars
 from geryon.errors import ApplyError, GeryonError
-from geryon.netconf.profile import QosProfile
+from geryon.netconf.qos_profile import QosProfile
 from geryon.netconf.remote import Endpoint
 from geryon.netconf.render.linux import build_plan
 from geryon.netconf.tcstate import DeviceState, plan_canonical, read_state
+from geryon.netnames import state_base
 
 
 @dataclass
@@ -42,8 +42,7 @@ class SavedStates:
     """Local copies of each device's state before geryon first changed it: DIR/<host>_<port>/<dev>.json."""
 
     def __init__(self, root: "str | Path | None" = None):
-        base = os.environ.get(envvars.STATE_DIR, "/run/geryon")
-        self.root = Path(root) if root else Path(base) / "qos"
+        self.root = Path(root) if root else state_base() / "qos"
 
     def _path(self, endpoint: Endpoint, dev: str) -> Path:
         return self.root / f"{endpoint.host}_{endpoint.port}" / f"{dev}.json"

@@ -34,7 +34,7 @@ HTB_QUANTUM = 15140  # 10 full-size frames; explicit, so HTB does not warn that 
 # HZ=1000). Kernels with a 1 ns psched clock make tc default to rate/1e9 + mtu, one 1600 B frame: then
 # each late HTB timer (a 64 KB GSO packet leaves the bucket in debt) is wire time lost for good.
 # Measured on the emulated cluster at 1 Gbit/s: iperf3 909-940 Mbit/s with 1600 B, 950-956 with these
-# (the bound is 956), every allreduce 2-3% faster; no change at 100 Mbit/s (docs/transport-profile.md).
+# (the bound is 956), every allreduce 2-3% faster; no change at 100 Mbit/s (docs/transport.md).
 HTB_BURST_SECONDS = 0.001
 HTB_BURST_FRAME = 1600
 QUEUE_LIMIT = 1000  # packets per leaf pfifo, the Linux txqueuelen default

@@ -5,7 +5,7 @@
   geryon netconf apply (--profile P | --classes SPEC) --target KIND@[USER@]HOST[:PORT] [--ports ...]
                        [--ack-priority off|top|own] [--dry-run] [--known-hosts FILE] [--key FILE] [--json]
 
-P is a built-in (two-class, four-class) or a TOML file (see geryon/netconf/profile.py, docs/switch-qos.md).
+P is a built-in (two-class, four-class) or a TOML file (see geryon/netconf/qos_profile.py, docs/switch-qos.md).
 """
 
 import json
@@ -13,7 +13,7 @@ import sys
 
 from geryon.errors import ConfigError
 from geryon.netconf.plan import ACK_MODES
-from geryon.netconf.profile import resolve_profile
+from geryon.netconf.qos_profile import resolve_profile
 from geryon.netconf.render import FORMATS, TARGETS, render
 
 
@@ -98,6 +98,9 @@ def cmd_render(args) -> int:
         return 0
     for note in rendering.notes:
         print(f"# {note}", file=sys.stderr)
+    if rendering.data is not None:  # JSON output has no comments: the counter commands go with the notes
+        for command in rendering.verify:
+            print(f"# per-queue counters: {command}", file=sys.stderr)
     sys.stdout.write(rendering.text)
     return 0
 
@@ -106,7 +109,7 @@ def cmd_apply_profile(args) -> int:
     """`geryon netconf apply --target KIND@HOST`: check everything, then apply with the platform's safety net."""
     from geryon.netconf.remote import Endpoint, SshShell
     from geryon.netconf.render import target_module
-    from geryon.netconf.profile import check_target
+    from geryon.netconf.qos_profile import check_target
 
     endpoint = Endpoint.parse(args.target, args.key)
     profile = resolve_profile(args.profile, args.classes, args.rate, _ports(args.ports),

@@ -4,15 +4,25 @@
 commands there with paramiko, the host key checked against a known_hosts file: a host that is missing or
 presents another key is refused (HostKeyError) before a single command runs. Nothing here knows what the
 commands mean; `linuxapply` and `session` do.
+
+An endpoint with a `netns` is dialed from inside that network namespace (an emulated cluster's: its
+addresses exist only there), whatever namespace this process runs in: a helper thread enters the
+namespace, makes the TCP connection and hands the socket to paramiko. The socket stays in the namespace
+it was made in, so nothing to such an endpoint ever leaves through this machine's own interfaces.
 """
 
+import ctypes
 import logging
 import os
 import re
 import shlex
+import socket
+import threading
 from dataclasses import dataclass
 
-from geryon.errors import ConfigError, HostKeyError, RemoteError
+from geryon.childproc import NETNS_DIR
+from geryon.errors import ConfigError, HostKeyError, PermissionNeeded, RemoteError
+from geryon.netnames import check_netns_name
 
 logging.getLogger("paramiko").setLevel(logging.WARNING)  # its INFO lines would drown the report
 
@@ -31,6 +41,7 @@ class Endpoint:
     port: int = 22
     user: str | None = None
     key: str | None = None  # private key file; None: the agent and ~/.ssh defaults
+    netns: str | None = None  # network namespace the connection leaves from; None: this process's own
 
     @classmethod
     def parse(cls, text: str, key: str | None = None) -> "Endpoint":
@@ -63,9 +74,50 @@ class RefuseUnknownHostKey:
             f"it, e.g. `ssh-keyscan -p PORT HOST >> {self.known_hosts}`")
 
 
+_CLONE_NEWNET = 0x40000000  # setns(2): join a network namespace
+
+
+def connect_in_netns(host: str, port: int, netns: str, timeout: float = CONNECT_TIMEOUT_S) -> socket.socket:
+    """A TCP connection to host:port made from inside network namespace `netns`.
+
+    A helper thread joins the namespace (setns acts on the calling thread only) and connects; the socket
+    keeps its namespace after the thread ends. PermissionNeeded without root, RemoteError when the
+    namespace is missing or the connection fails."""
+    path = os.path.join(NETNS_DIR, check_netns_name(netns))
+    result: dict = {}
+
+    def enter_and_connect():
+        try:
+            fd = os.open(path, os.O_RDONLY)  # never O_CREAT: a missing namespace is an error, not made
+            try:
+                if ctypes.CDLL(None, use_errno=True).setns(fd, _CLONE_NEWNET) != 0:
+                    errno = ctypes.get_errno()
+                    raise OSError(errno, os.strerror(errno))
+            finally:
+                os.close(fd)
+            result["sock"] = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=enter_and_connect, name=f"dial-in-{netns}", daemon=True)
+    thread.start()
+    thread.join()
+    error = result.get("error")
+    if isinstance(error, FileNotFoundError) and "sock" not in result:
+        raise RemoteError(f"cannot connect to {host}:{port}: network namespace {netns} does not exist "
+                          "(is the emulated cluster up? see `geryon emulate list`)")
+    if isinstance(error, PermissionError):
+        raise PermissionNeeded(f"connecting to {host}:{port} from network namespace {netns} needs root "
+                               "(entering a namespace); run it with sudo")
+    if error is not None:
+        raise RemoteError(f"cannot connect to {host}:{port} from network namespace {netns}: {error}")
+    return result["sock"]
+
+
 def open_client(host: str, port: int, user: str | None, key: str | None, known_hosts: str,
-                timeout: float = CONNECT_TIMEOUT_S):
-    """An authenticated paramiko SSHClient, its host key verified against `known_hosts`.
+                timeout: float = CONNECT_TIMEOUT_S, netns: str | None = None):
+    """An authenticated paramiko SSHClient, its host key verified against `known_hosts`; with `netns`,
+    the connection is made from inside that network namespace (`connect_in_netns`).
 
     Raises HostKeyError for an unknown or changed host key, RemoteError when the login or the
     connection fails; the client is closed on every error."""
@@ -73,11 +125,12 @@ def open_client(host: str, port: int, user: str | None, key: str | None, known_h
 
     address = f"{host}:{port}"
     known_hosts_name = host if port == 22 else f"[{host}]:{port}"
+    sock = connect_in_netns(host, port, netns, timeout) if netns else None
     client = paramiko.SSHClient()
     client.load_host_keys(known_hosts)
     client.set_missing_host_key_policy(RefuseUnknownHostKey(known_hosts))
     try:
-        client.connect(host, port=port, username=user, key_filename=key,
+        client.connect(host, port=port, username=user, key_filename=key, sock=sock,
                        look_for_keys=key is None, allow_agent=key is None,
                        timeout=timeout, banner_timeout=timeout, auth_timeout=timeout)
     except paramiko.BadHostKeyException as exc:
@@ -113,7 +166,8 @@ class SshShell:
         if not os.path.exists(self.known_hosts):
             raise HostKeyError(f"known_hosts file {self.known_hosts} does not exist: collect the host keys "
                                f"first, e.g. `ssh-keyscan -p {endpoint.port} {endpoint.host} > FILE`")
-        self._client = open_client(endpoint.host, endpoint.port, endpoint.user, endpoint.key, self.known_hosts)
+        self._client = open_client(endpoint.host, endpoint.port, endpoint.user, endpoint.key, self.known_hosts,
+                                   netns=endpoint.netns)
 
     def run(self, command: str, stdin: str | None = None, timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str, str]:
         """Run `command` (a shell line) remotely, feeding `stdin`; return (rc, stdout, stderr)."""

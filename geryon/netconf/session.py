@@ -6,8 +6,12 @@ host key checked), each step one exec channel with its script on stdin (how EOS 
 NX-OS and Cumulus shells take a multi-line session).
 
   sonic  `config checkpoint` -> `config apply-patch` with an RFC 6902 JSON patch computed from
-         `show runningconfiguration all` (only the entries geryon owns) -> read back -> on failure
-         `config rollback` (SONiC Generic Config Updater: "config apply-patch / checkpoint / rollback")
+         `show runningconfiguration all`, field by field: only the fields geryon owns (see
+         geryon.netconf.render.sonic), never a whole PORT_QOS_MAP or QUEUE entry, whose other fields (PFC,
+         watchdog, priority groups, WRED) are the platform's -> read back (geryon's fields as rendered, every
+         other field as before) -> on failure `config apply-patch` with the exact inverse patch; the
+         checkpoint stays for `config rollback` by hand (SONiC Generic Config Updater HLD: "config
+         apply-patch / checkpoint / rollback")
   eos    `configure session` ... `commit timer 00:05:00` (reverts by itself unless confirmed) -> read back
          -> `configure session NAME commit`, or `abort` (EOS manual, "Configure Sessions")
   junos  `configure private` ... `commit confirmed 5` -> read back -> `commit`, or `rollback 1` + commit
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 
 from geryon.errors import ApplyError, ConfigError, GeryonError
 from geryon.netconf.linuxapply import ApplyResult
-from geryon.netconf.profile import QosProfile
+from geryon.netconf.qos_profile import QosProfile
 from geryon.netconf.remote import Endpoint, SshShell
 from geryon.netconf.render import Rendering, render
 from geryon.netconf.render.sonic import config_db
@@ -87,23 +91,87 @@ def _script(lines) -> str:
 
 
 def json_patch(running: dict, desired: dict) -> list[dict]:
-    """RFC 6902 operations turning `running` into `running` + `desired` (entries of desired tables only)."""
+    """RFC 6902 operations giving `running` the fields of `desired` (table -> key -> field -> value).
+
+    Field by field: an entry that exists keeps every field `desired` does not name (a port's pfc_enable,
+    a queue's wred_profile); only a missing table or entry is added whole."""
     ops = []
     for table, entries in desired.items():
         if table not in running:
             ops.append({"op": "add", "path": f"/{_pointer(table)}", "value": entries})
             continue
-        for key, value in entries.items():
+        for key, fields in entries.items():
             path = f"/{_pointer(table)}/{_pointer(key)}"
-            if key not in running[table]:
-                ops.append({"op": "add", "path": path, "value": value})
-            elif running[table][key] != value:
-                ops.append({"op": "replace", "path": path, "value": value})
+            have = running[table].get(key)
+            if not isinstance(have, dict):
+                ops.append({"op": "add" if have is None else "replace", "path": path, "value": fields})
+                continue
+            for name, value in fields.items():
+                if name not in have:
+                    ops.append({"op": "add", "path": f"{path}/{_pointer(name)}", "value": value})
+                elif have[name] != value:
+                    ops.append({"op": "replace", "path": f"{path}/{_pointer(name)}", "value": value})
     return ops
+
+
+def inverse_patch(running: dict, ops: list[dict]) -> list[dict]:
+    """The RFC 6902 operations that undo `ops` applied to `running`: removes what they added, restores
+    what they replaced, last first, so the rolled-back config equals `running` exactly."""
+    undo = []
+    for op in ops:
+        old = _lookup(running, op["path"])
+        if op["op"] == "add" and old is _MISSING:
+            undo.append({"op": "remove", "path": op["path"]})
+        elif op["op"] in ("add", "replace"):
+            undo.append({"op": "replace", "path": op["path"], "value": old})
+        else:
+            raise ConfigError(f"cannot invert JSON patch operation {op['op']!r}")
+    return undo[::-1]
+
+
+def apply_patch(document: dict, ops: list[dict]) -> dict:
+    """`document` with RFC 6902 add/replace/remove `ops` applied (a copy; objects only, as config_db is)."""
+    doc = json.loads(json.dumps(document))
+    for op in ops:
+        *parents, last = _tokens(op["path"])
+        node = doc
+        for token in parents:
+            if not isinstance(node, dict) or token not in node:
+                raise ConfigError(f"JSON patch path {op['path']} does not exist")
+            node = node[token]
+        if op["op"] == "remove" or (op["op"] == "replace" and last not in node):
+            if last not in node:
+                raise ConfigError(f"JSON patch {op['op']} of {op['path']}, which does not exist")
+        if op["op"] == "remove":
+            del node[last]
+        else:
+            node[last] = json.loads(json.dumps(op["value"]))
+    return doc
+
+
+_MISSING = object()
+
+
+def _lookup(document: dict, path: str):
+    node = document
+    for token in _tokens(path):
+        if not isinstance(node, dict) or token not in node:
+            return _MISSING
+        node = node[token]
+    return node
+
+
+def _tokens(path: str) -> list[str]:
+    return [t.replace("~1", "/").replace("~0", "~") for t in path.split("/")[1:]]
 
 
 def _pointer(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
+
+
+def _patch_step(name: str, ops: list[dict]) -> Step:
+    return Step(name, f"cat > /tmp/{NAME}.json-patch && sudo config apply-patch /tmp/{NAME}.json-patch",
+                json.dumps(ops, indent=1) + "\n")
 
 
 def build_session(profile: QosProfile, rendering: Rendering, running: dict | None = None) -> Session:
@@ -111,14 +179,14 @@ def build_session(profile: QosProfile, rendering: Rendering, running: dict | Non
     kind = rendering.target
     lines = list(rendering.commands)
     if kind == "sonic":
-        patch = json_patch(running or {}, config_db(profile))
+        running = running or {}
+        patch = json_patch(running, config_db(profile))
         return Session(kind, save=[Step("save: checkpoint", f"sudo config checkpoint {NAME}")],
-                       apply=[Step("apply: JSON patch from the running config",
-                                   f"cat > /tmp/{NAME}.json-patch && sudo config apply-patch /tmp/{NAME}.json-patch",
-                                   json.dumps(patch, indent=1) + "\n")] if patch else [],
+                       apply=[_patch_step("apply: JSON patch from the running config, field by field", patch)]
+                       if patch else [],
                        readback=Step("read back", "show runningconfiguration all"),
                        confirm=[Step("drop the checkpoint", f"sudo config delete-checkpoint {NAME}")],
-                       rollback=[Step("roll back", f"sudo config rollback {NAME}")])
+                       rollback=[_patch_step("roll back: the inverse patch", inverse_patch(running, patch))])
     if kind == "eos":
         return Session(kind, save=[Step("save: running config", "show running-config")],
                        apply=[Step("apply in a session with a commit timer", "Cli -p 15",
@@ -161,12 +229,23 @@ def _present(expected: list[str], output: str) -> list[str]:
     return [line for line in expected if " ".join(line.split()) not in have]
 
 
-def _sonic_missing(profile: QosProfile, running_text: str) -> list[dict]:
+def _sonic_json(text: str) -> dict:
     try:
-        running = json.loads(running_text)
+        return json.loads(text or "{}")
     except ValueError:
         raise ApplyError("SONiC `show runningconfiguration all` did not print JSON") from None
-    return json_patch(running, config_db(profile))
+
+
+def _sonic_missing(profile: QosProfile, before: dict, patch: list[dict], running_text: str) -> list:
+    """What the read-back lacks: geryon's fields not as rendered, or any other field changed by the patch."""
+    after = _sonic_json(running_text)
+    missing = json_patch(after, config_db(profile))
+    if missing:
+        return missing
+    expected = apply_patch(before, patch)
+    return [f"{table}|{key}" for table in sorted(set(expected) | set(after))
+            for key in sorted(set(expected.get(table, {})) | set(after.get(table, {})))
+            if expected.get(table, {}).get(key) != after.get(table, {}).get(key)]
 
 
 def run_session(profile: QosProfile, endpoint: Endpoint, dry_run: bool = False,
@@ -189,8 +268,9 @@ def _execute(rendering: Rendering, endpoint: Endpoint, shell, result: ApplyResul
     profile = rendering.profile
     probe = build_session(profile, rendering)
     before = shell.check(probe.readback.command)
+    running = None
     if endpoint.kind == "sonic":
-        running = json.loads(before or "{}")
+        running = _sonic_json(before)
         session = build_session(profile, rendering, running)
         if not json_patch(running, config_db(profile)):
             result.steps.append("no change: the running config already has this profile")
@@ -212,8 +292,8 @@ def _execute(rendering: Rendering, endpoint: Endpoint, shell, result: ApplyResul
             shell.check(step.command, step.stdin)
             result.steps.append(step.name)
         after = shell.check(session.readback.command)
-        missing = (_sonic_missing(profile, after) if endpoint.kind == "sonic"
-                   else _present(session.expected, after))
+        missing = (_sonic_missing(profile, running, json_patch(running, config_db(profile)), after)
+                   if endpoint.kind == "sonic" else _present(session.expected, after))
         if missing:
             raise ApplyError(f"read back from {endpoint.address} lacks {len(missing)} item(s), first: {missing[0]}")
         result.steps.append("read back: matches")
@@ -229,7 +309,8 @@ def _execute(rendering: Rendering, endpoint: Endpoint, shell, result: ApplyResul
             shell.run(command, step.stdin)
             result.steps.append(step.name)
         result.rolled_back = True
-        undo = "; ".join(" ".join([s.command, *(s.stdin or "").split("\n")]).strip() for s in session.rollback)
+        undo = "; ".join(f"{s.name}: {s.command}" if endpoint.kind == "sonic"  # the patch itself is long JSON
+                         else " ".join([s.command, *(s.stdin or "").split("\n")]).strip() for s in session.rollback)
         raise ApplyError(f"applying to {endpoint.address} failed: {exc}; rolled back with `{undo}`") from exc
 
 

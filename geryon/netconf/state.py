@@ -11,10 +11,9 @@ import os
 import shutil
 from pathlib import Path
 
-from geryon import envvars
 from geryon.netconf.classes import PriorityClass
 from geryon.netconf.plan import QueuePlan
-from geryon.netnames import check_ifname, check_netns_name
+from geryon.netnames import check_ifname, check_netns_name, netns_path, state_base
 from geryon.safefiles import replace_file
 
 _ROOT_NETNS = "-"
@@ -22,7 +21,7 @@ _ROOT_NETNS = "-"
 
 def state_dir() -> Path:
     """The directory holding every namespace's sidecars."""
-    return Path(os.environ.get(envvars.STATE_DIR, "/run/geryon")) / "netconf"
+    return state_base() / "netconf"
 
 
 def _state_path(dev: str, netns: str | None) -> Path:
@@ -33,7 +32,7 @@ def _state_path(dev: str, netns: str | None) -> Path:
 
 def netns_inode(netns: str | None) -> int | None:
     """Identity of a namespace (None if it does not exist)."""
-    path = f"/run/netns/{check_netns_name(netns)}" if netns else "/proc/1/ns/net"
+    path = netns_path(netns) if netns else "/proc/1/ns/net"
     try:
         return os.stat(path).st_ino
     except OSError:

@@ -5,21 +5,20 @@
     result = sniffer.result()      # SniffResult
     result.packets(source="10.199.0.1", dscp=46)
 
-The capture runs in a child process (`geryon.netconf.wire`) entered into the namespace with
+The capture runs in a child process (`geryon.netconf.sniff`) entered into the namespace with
 `ip netns exec`, so the caller's own namespace never changes. `start()` returns once the capture socket
 is open, so traffic sent after it is seen; `stop()` first drains what the kernel already captured.
 Bytes are Ethernet header plus IP length; with GSO on (the veth default) the capture sees ~64 KB
 super-packets, so compare flows by bytes, not packets.
 """
 
-import os
 import signal
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
 from geryon.childproc import ChildProcess
-from geryon.errors import InterfaceNotFound, NetconfError, PermissionNeeded
+from geryon.errors import InterfaceNotFound, NetconfError, require_root
 from geryon.netconf.state import netns_inode
 
 
@@ -86,7 +85,7 @@ class DscpSniffer:
         if self._process is not None:
             raise NetconfError("this sniffer was already started; make a new DscpSniffer")
         _check_target(self.netns, self.iface)
-        argv = [sys.executable, "-m", "geryon.netconf.wire", "--iface", self.iface]
+        argv = [sys.executable, "-m", "geryon.netconf.sniff", "--iface", self.iface]
         if self.bpf_filter:
             argv += ["--filter", self.bpf_filter]
         if self.count:
@@ -174,8 +173,7 @@ def sniff_dscp(netns: str | None, iface: str, duration: float = 5.0, count: int 
 
 
 def _check_target(netns: str | None, iface: str) -> None:
-    if os.geteuid() != 0:
-        raise PermissionNeeded("sniffing needs root (raw sockets, entering namespaces): run with sudo")
+    require_root("sniffing (raw sockets, entering namespaces)")
     if netns and netns_inode(netns) is None:
         raise InterfaceNotFound(f"network namespace {netns!r} does not exist (see `ip netns list`)")
     check = ["ip", *(["-n", netns] if netns else []), "link", "show", "dev", iface]

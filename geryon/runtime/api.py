@@ -6,7 +6,9 @@
 
 `init()` reads the job from the environment once (`geryon.runtime.env.RankEnv`): under
 `python -m geryon.launch`, under plain `torchrun`, under Slurm, or alone (one process, nothing
-distributed). It sets up torch.distributed (gloo) when there is more than one worker.
+distributed). It sets up torch.distributed (gloo) when there is more than one worker. Under torchrun
+or Slurm the ranks a ps job names as servers serve inside init() and exit when the job ends
+(geryon.runtime.engines; docs/engines.md).
 
 `distribute()` makes the updates of all workers identical, equal to one process training on the
 union of their batches:
@@ -29,6 +31,9 @@ A job of one worker has nothing to synchronise and trains locally (a ps job's se
 Which DDP features each mode keeps (no_sync, unused parameters, static graph, autocast, SyncBatchNorm,
 torch.compile, checkpoints, join) is tabulated in docs/ddp-compat.md; DDP options a mode cannot
 honour fail in distribute(), before training (geryon.runtime.ddp_options).
+After step(), whatever reads the model or the optimizer sees that step's values (in ps mode
+each read waits for the parameters it reads, geryon.runtime.ps_reads); `wait_parameters(model)`
+makes current a tensor held from before step().
 With `--timeline FILE`, forward/backward per layer and every transfer are
 recorded for the job's trace (geryon.timeline).
 """
@@ -39,6 +44,7 @@ from datetime import timedelta
 from geryon.errors import ConfigError
 from geryon.gloo_buffers import KeptBuffers, broadcast_in_place, copy_back
 from geryon.runtime import env as rank_env
+from geryon.runtime.engines import join_engine_job
 from geryon.runtime.env import RankEnv
 
 DEFAULT_BACKEND = "gloo"
@@ -51,9 +57,16 @@ _context: RankEnv | None = None
 
 
 def init(backend: str = DEFAULT_BACKEND, timeout: timedelta = timedelta(minutes=5)) -> RankEnv:
-    """Join the job described by the environment; set up torch.distributed when there are several workers."""
+    """Join the job described by the environment; set up torch.distributed when there are several workers.
+
+    When this process sees CUDA, the rank's GPU (by LOCAL_RANK) becomes the current CUDA device and
+    `ctx.device` names it; otherwise `ctx.device` is the CPU."""
     global _context
     context = rank_env.current()
+    join_engine_job(context, backend, timeout)   # an engine's server ranks serve here and exit
+    from geryon.runtime.device import use_rank_device
+
+    use_rank_device(context.local_rank)
     if context.distributed:
         import torch.distributed as dist
 
@@ -102,6 +115,7 @@ def distribute(model, optimizer, job: RankEnv | None = None, **ddp_options):
     options.refuse_cpu_sync_batchnorm(model)
     if job.mode == "ps":
         options.refuse_wrapped_in_ps(model)
+        options.refuse_device_parameters_in_ps(model)
     timeline = rank_timeline(job.timeline, job.name)
     model, optimizer = _synchronised(model, optimizer, job, timeline, ddp_options)
     if job.mode == "ps":
@@ -144,6 +158,19 @@ def _parameter_servers(model, optimizer, job: RankEnv, timeline):
     from geryon.runtime.ps_worker_step import WorkerStepSync
 
     return WorkerStepSync(model, optimizer, job, timeline).attach()
+
+
+def wait_parameters(model) -> None:
+    """Wait until every parameter of `model` holds the values of the last optimizer.step().
+
+    Reads through the model or the optimizer (parameters(), state_dict(), `model[0].weight`,
+    param_groups, ...) already wait for what they read in --mode ps (geryon.runtime.ps_reads); call
+    this before using a tensor held in a variable from before step(). Returns at once in any other
+    mode, where step() leaves the parameters current.
+    """
+    from geryon.runtime.ps_reads import wait_parameters as wait
+
+    wait(model.module if hasattr(model, "module") else model)
 
 
 def clip_grad_norm_(optimizer, max_norm: float, norm_type: float = 2.0):

@@ -139,6 +139,16 @@ def refuse_cpu_sync_batchnorm(model) -> None:
                               f"(see {COMPAT_DOC})")
 
 
+def refuse_device_parameters_in_ps(model) -> None:
+    """--mode ps trains CPU parameters (its workers' pushes and pulls read and write them in place);
+    a model on a GPU is refused before training, saying what works instead (docs/gpu.md)."""
+    for name, param in model.named_parameters():
+        if param.device.type != "cpu":
+            raise ConfigError(f"--mode ps trains CPU parameters only: {name} is on {param.device}; train on "
+                              "GPUs with --mode allreduce, or keep the model on the CPU in --mode ps "
+                              "(--device cpu in the examples) (see docs/gpu.md)")
+
+
 def install_ps_stand_ins(model) -> None:
     """Give a PS-mode model `no_sync()` and `join()` that fail clearly, as a DDP script would call them.
 

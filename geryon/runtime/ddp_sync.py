@@ -16,11 +16,17 @@ step post-hook times each iteration and, when the search moves to another thresh
 per-parameter lookup before the next backward (DDP has waited for every bucket of the last one
 before the step), so every rank sends the next iteration's buckets under the new classes. The new
 assignment's digest is checked against every rank through the store first.
+
+With --collectives nccl, nccl-ib:SL,... or gloo-classes (geryon.collectives) the same classes and the
+same ranking or search decide each bucket's class, but the hook hands the bucket to its class's own
+torch.distributed process group instead (geryon.runtime.class_groups); after the first iteration
+that carried buckets, every rank checks that each group carried the same buckets in the same order.
 """
 
 import atexit
 import logging
 
+from geryon.collectives import parse_collectives
 from geryon.errors import ConfigError
 from geryon.runtime import jobtransport
 from geryon.runtime.priorities import decide_priorities, search_plan, tensor_priorities
@@ -45,11 +51,15 @@ class BucketPriorities:
 
 
 def attach_geryon_hook(ddp, job, timeline=None, optimizer=None):
-    """Register geryon's comm hook on `ddp`; returns the AllreduceGroup (closed at exit).
+    """Register geryon's comm hook on `ddp`; returns what carries the buckets (closed at exit).
 
     `job` is the rank's RankEnv; `optimizer` (needed by --priority search) is hooked to time
-    iterations and switch classes.
+    iterations and switch classes. With geryon's transport (the default) the carrier is an
+    AllreduceGroup, with per-class process groups (--collectives) a ClassGroups.
     """
+    collectives = parse_collectives(job.collectives)
+    if collectives.process_groups:
+        return _attach_class_groups(ddp, job, collectives, optimizer)
     from geryon.transport import AllreduceGroup
     from geryon.transport.hooks import GeryonHookState, geryon_ddp_hook, peers_from_store
 
@@ -73,17 +83,68 @@ def attach_geryon_hook(ddp, job, timeline=None, optimizer=None):
         current[bucket.index()] = priorities.of_bucket(bucket)
         return geryon_ddp_hook(state, bucket)
 
+    _register(ddp, GeryonHookState(group, lambda index: current[index]), hook, group.close)
+    _rank_on_first_forward(ddp, job, store, config.classes, config.policy, priorities, optimizer)
+    return group
+
+
+def _attach_class_groups(ddp, job, collectives, optimizer):
+    """--collectives nccl | nccl-ib | gloo-classes: each bucket to its class's process group."""
+    from geryon.collectives import check_class_count
+    from geryon.runtime.class_groups import ClassGroups
+    from geryon.transport.config import DEFAULT_DSCP
+
+    dscps = jobtransport.class_dscp(job.classes) or DEFAULT_DSCP
+    check_class_count(collectives, len(dscps))
+    if collectives.backend == "nccl" and any(not p.is_cuda for p in ddp.module.parameters()):
+        raise ConfigError(f"--collectives {collectives.text()} reduces CUDA tensors, but the model has "
+                          "parameters on the CPU: move it to this rank's GPU (e.g. "
+                          "model.to(f'cuda:{ctx.local_rank}')) before geryon.distribute(), or use "
+                          "--collectives gloo-classes")
+    store = jobtransport.open_store(job)
+    groups = ClassGroups(collectives, dscps, job.world_size)
+    if job.is_main:
+        print(f"geryon: buckets go through {groups.describe()}", flush=True)
+    priorities = BucketPriorities()
+
+    def hook(state, bucket):
+        priority_class, _urgency = priorities.of_bucket(bucket)
+        return state.allreduce(priority_class, bucket)
+
+    _register(ddp, groups, hook, None)
+    checked = {"done": False}
+
+    def check_order_once(_module, _args, _kwargs):
+        # the first forward after buckets travelled: every rank's first iteration has ended
+        if not checked["done"] and groups.log.total:
+            checked["done"] = True
+            groups.check_order(store, f"{job.store_prefix}class_groups/order", job.rank)
+        return None
+
+    ddp.module.register_forward_pre_hook(check_order_once, with_kwargs=True)
+    _rank_on_first_forward(ddp, job, store, len(dscps), job.policy, priorities, optimizer)
+    return groups
+
+
+def _register(ddp, state, hook, close) -> None:
     try:
-        ddp.register_comm_hook(GeryonHookState(group, lambda index: current[index]), hook)
+        ddp.register_comm_hook(state, hook)
     except RuntimeError as exc:  # DDP allows one hook: the user's model already had its own
-        group.close()
+        if close is not None:
+            close()
         raise ConfigError("this DistributedDataParallel already has a communication hook; under "
                           "geryon.launch geryon registers its own (which carries the buckets over its "
                           f"priority flows): remove yours, or run the script under torchrun ({exc})") from None
+
+
+def _rank_on_first_forward(ddp, job, store, classes: int, policy: str, priorities: BucketPriorities,
+                           optimizer) -> None:
+    """Decide the classes on the first forward (and, with --priority search, switch them after steps)."""
     module = ddp.module
     params = list(module.parameters())
     ranking = {"done": False, "busy": False, "search": None}
     searching = job.priority == "search"
+    prefix = job.store_prefix
     if searching and optimizer is None:
         raise ConfigError("--priority search in allreduce mode needs the optimizer: "
                           "use geryon.distribute(model, optimizer)")
@@ -94,12 +155,12 @@ def attach_geryon_hook(ddp, job, timeline=None, optimizer=None):
         ranking["busy"] = True
         try:
             if searching:
-                search, prios, how = search_plan(module, args, kwargs, config.classes, store, prefix, job,
-                                                 {"mode": "allreduce", "policy": config.policy})
+                search, prios, how = search_plan(module, args, kwargs, classes, store, prefix, job,
+                                                 {"mode": "allreduce", "policy": policy})
                 ranking["search"], assignment = search, search.assignment
             else:
                 assignment, prios, how = decide_priorities(module, args, kwargs, job.priority,
-                                                           config.classes, store, prefix, job.rank,
+                                                           classes, store, prefix, job.rank,
                                                            job.world_size)
             priorities.set_tensor_priorities(params, prios)
             log.info("geryon: %s classes by %s: %s bytes per class", assignment.method, how,
@@ -120,4 +181,3 @@ def attach_geryon_hook(ddp, job, timeline=None, optimizer=None):
     module.register_forward_pre_hook(first_forward, with_kwargs=True, prepend=True)
     if searching:
         optimizer.register_step_post_hook(step_done)
-    return group

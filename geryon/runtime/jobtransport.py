@@ -1,11 +1,13 @@
 """A rank's handle on geryon's transport: its TransportConfig, the job's store, where it listens.
 
 Everything here comes from the rank's `RankEnv` (geryon.runtime.env): the job secret (without it
-there is no geryon transport: scripts under plain torchrun fall back to gloo, see geryon.runtime.api),
-the job id (hashed to the transport's 32-bit job id), the policy and the classes' DSCP values, the
-address this rank's flows listen on, MASTER_ADDR/PORT (the launcher's TCPStore, where ranks publish
-their addresses) and the transport timeout (seconds without progress before a peer counts as dead;
-tests set a few seconds so that a dead peer ends a job quickly).
+there is no geryon transport: a torchrun or Slurm job on one host without GERYON_JOB_SECRET falls
+back to gloo, see geryon.runtime.api; across hosts it refuses to start), the job id (hashed to the
+transport's 32-bit job id), the policy and the classes' DSCP values, the address this rank's flows
+listen on, MASTER_ADDR/PORT (the job's TCPStore: the launcher's, torchrun's agent's, or the one
+engine rank 0 hosts; ranks publish their addresses there) and the transport timeout (seconds
+without progress before a peer counts as dead; tests set a few seconds so that a dead peer ends a
+job quickly).
 """
 
 import hashlib

@@ -19,6 +19,14 @@ class BufferBroadcast:
         self.buffers = [b for b in model.buffers() if b.numel() > 0]
         self._kept = KeptBuffers()
 
+    def __deepcopy__(self, memo):
+        return self   # a copy of the model keeps the hook; it acts on the trained model only
+
+    def hook(self, module, _args) -> None:
+        """The model's forward pre-hook (a copy of the model, e.g. an AveragedModel's, broadcasts nothing)."""
+        if module is self.model:
+            self.before_forward()
+
     def before_forward(self) -> None:
         import torch
         import torch.distributed as dist

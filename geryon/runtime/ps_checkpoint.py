@@ -2,7 +2,7 @@
 
 Worker side (`Checkpoints`): `state_dict(worker)` asks every server (a STATE "save" control frame)
 to write its shards' optimizer state into the job's store under a fresh key, reads them, joins
-each tensor's shards (geryon.transport.ps_optim.full_state) and returns the user's optimizer's own
+each tensor's shards (geryon.transport.server_optimizer.full_state) and returns the user's optimizer's own
 state_dict() over that state: the same format, keys and values as in one process.
 `load(worker, state)` runs on every worker: worker 0 writes the model's current parameters (and,
 with `state`, the optimizer state just loaded by torch's load_state_dict) to the store, asks every
@@ -53,7 +53,7 @@ class Checkpoints:
         self.loading = False
 
     def state_dict(self, worker) -> dict:
-        from geryon.transport.ps_optim import full_state
+        from geryon.transport.server_optimizer import full_state
 
         worker.wait_all()   # the last step is applied everywhere
         self.saves += 1

@@ -1,7 +1,7 @@
 """Which side runs the user's optimizer in PS mode, and the optimizer object the script gets back.
 
 `choose_update(optimizer, params, requested)` decides, before training starts:
-  server  the optimizer is an exact torch.optim class known to be elementwise (ps_optim.ELEMENTWISE)
+  server  the optimizer is an exact torch.optim class known to be elementwise (server_optimizer.ELEMENTWISE)
           with plain-number settings: every server runs that class over its shards, and
           `geryon.distribute` returns a `PSOptimizer` whose step() pushes and pulls;
   worker  anything else (LAMB, LARS, Adafactor, a subclass, a tensor learning rate): the servers
@@ -29,7 +29,7 @@ UPDATE_MODES = ("auto", "server", "worker")
 
 def choose_update(optimizer, params, requested: str = "auto"):
     """('server', OptimizerSpec, why) or ('worker', None, why) for this optimizer; ConfigError if neither."""
-    from geryon.transport.ps_optim import UNSUPPORTED, describe_optimizer
+    from geryon.transport.server_optimizer import UNSUPPORTED, describe_optimizer
 
     if requested not in UPDATE_MODES:
         raise ConfigError(f"--ps-optimizer {requested!r}: choose one of {', '.join(UPDATE_MODES)}")
@@ -122,7 +122,8 @@ class PSOptimizer(torch.optim.Optimizer):
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        self._inner.zero_grad(set_to_none=set_to_none)
+        with self._sync.reads.unwaited():   # .grad only: the parameters may still be arriving
+            self._inner.zero_grad(set_to_none=set_to_none)
 
     def add_param_group(self, param_group) -> None:
         raise ConfigError("add_param_group() after geryon.distribute() is not supported in --mode ps: "
@@ -138,7 +139,7 @@ class PSOptimizer(torch.optim.Optimizer):
         self._sync.request_clip(float(max_norm), float(norm_type))
 
     def synchronize(self) -> None:
-        """Wait until every parameter holds the servers' latest version (e.g. before saving)."""
+        """Wait until every parameter holds the servers' latest version (geryon.wait_parameters)."""
         self._sync.wait_all()
 
     def state_dict(self):

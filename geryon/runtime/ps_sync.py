@@ -8,7 +8,7 @@ post-accumulate-grad hook; geryon.transport's PSWorker sends each slice on its p
 flow), so pushing overlaps the rest of backward, as in DDP; `step()` pushes what backward did not
 touch and asks for the next parameters; nothing is updated locally. As with DDP, every backward
 pass communicates: call step() after each one (no gradient accumulation over several passes).
-The servers run the user's torch.optim class with its parameter groups (geryon.transport.ps_optim)
+The servers run the user's torch.optim class with its parameter groups (geryon.transport.server_optimizer)
 on the mean gradient, so W workers follow the curve of one process on the union of their batches.
 Each step() also sends a STEP frame: the groups' numeric hyper-parameters as they are at that
 moment (so schedulers, warm-up and manual edits apply at the next update, exactly as in one
@@ -31,6 +31,9 @@ not wait. The results are bit-equal to pulling at step().
 The overlap that priority is for: every module gets a forward pre-hook that waits only for its own
 parameters (`PSWorker.wait_param`), so layer 1 computes while later layers' parameters still
 arrive; urgent (early) layers are in class 0 and jump the queue.
+Every other read of the model or the optimizer after step() (parameters(), `model[0].weight`,
+param_groups, state_dict(), ...) waits for the values it reads (geryon.runtime.ps_reads): step()
+marks them pending, a wait marks them current.
 
 Setup happens on the model's first forward call (a pre-hook on the model), because the urgency
 ranking needs a sample input: rank parameters (geryon.runtime.priorities), check every worker has
@@ -39,7 +42,8 @@ under `<prefix>ps/spec` -- the initial parameter values (torch.save bytes), the 
 each tensor, the optimizer spec (JSON) and any optimizer state already loaded, in chunks the store
 accepts (geryon.runtime.store_blobs) -- and every worker reads the servers' addresses
 (`<prefix>ps/server/<j>`), connects, and pulls version 0, so all workers start from worker 0's
-values whatever their own initialisation was.
+values whatever their own initialisation was. A job resuming from a server checkpoint
+(geryon.runtime.server_checkpoint) pulls version `resumed_step` instead and counts on from there.
 
 With --priority search (geryon.runtime.search_sync) each step also times the iteration; when the
 search moves to another threshold, the switch happens right after that step, before the next
@@ -104,7 +108,7 @@ def encode_spec(values, priorities, optimizer_spec, states=None) -> bytes:
 def decode_spec(data: bytes) -> dict:
     import torch
 
-    from geryon.transport.ps_optim import OptimizerSpec
+    from geryon.transport.server_optimizer import OptimizerSpec
 
     spec = torch.load(io.BytesIO(data), weights_only=True)
     spec["optimizer"] = OptimizerSpec.from_json(spec["optimizer"])
@@ -114,12 +118,20 @@ def decode_spec(data: bytes) -> dict:
 class SetUpOnFirstForward:
     """Connects a PS worker in the model's first forward pre-hook, once: the inputs decide priorities.
 
-    Subclasses set `self.worker = None` and `self._setting_up = False` and define `_set_up(args, kwargs)`,
-    which assigns `self.worker`; a forward run inside `_set_up` (the categorizer's probe) is not hooked.
+    Subclasses set `self.model`, `self.worker = None` and `self._setting_up = False` and define
+    `_set_up(args, kwargs)`, which assigns `self.worker`; a forward run inside `_set_up` (the
+    categorizer's probe) is not hooked.
+    A copy of the model (copy.deepcopy, swa_utils.AveragedModel) carries the hooks along: it shares
+    this object instead of copying its connections, and every hook acts on the trained model only
+    (`module is self.model`; a per-layer wait on a copy waits for the trained layer, harmless), so
+    the copy is a plain local model.
     """
 
+    def __deepcopy__(self, memo):
+        return self
+
     def _first_forward(self, module, args, kwargs):
-        if self.worker is not None or self._setting_up:
+        if self.worker is not None or self._setting_up or module is not self.model:
             return None
         self._setting_up = True
         try:
@@ -133,7 +145,7 @@ class ParameterServerSync(SetUpOnFirstForward):
     """A worker's side of PS training: setup on first forward, per-layer waits, push/pull steps."""
 
     def __init__(self, model, optimizer, job, timeline=None, spec=None):
-        from geryon.transport.ps_optim import describe_optimizer
+        from geryon.transport.server_optimizer import describe_optimizer
 
         self.model, self.optimizer, self.job, self.timeline = model, optimizer, job, timeline
         self.params = list(model.parameters())
@@ -145,6 +157,7 @@ class ParameterServerSync(SetUpOnFirstForward):
         self.present = [False] * len(self.params)   # tensors with a gradient in this iteration
         self.buffers = BufferBroadcast(model)
         self.checkpoints = None    # geryon.runtime.ps_checkpoint.Checkpoints, once joined
+        self.step_checkpoints = None   # worker 0 with --ps-checkpoint-every: server_checkpoint.StepCheckpoints
         self.worker = None
         self.grad_buffers = None
         self.pushed: set[int] = set()  # tensors pushed in this iteration
@@ -160,28 +173,36 @@ class ParameterServerSync(SetUpOnFirstForward):
     def attach(self):
         """Hook the model (setup on first forward, per-layer waits); return the optimizer stand-in."""
         from geryon.runtime.ps_optimizer import PSOptimizer
+        from geryon.runtime.ps_reads import ParameterReads
 
+        self.reads = ParameterReads(self.model, self.optimizer.param_groups, self.params, self._wait_for_read,
+                                    self.wait_all)
         self.model.register_forward_pre_hook(self._first_forward, with_kwargs=True, prepend=True)
-        self.model.register_forward_pre_hook(lambda module, args: self.buffers.before_forward(), prepend=True)
+        self.model.register_forward_pre_hook(self.buffers.hook, prepend=True)
         # a pull still under way would overwrite what model.load_state_dict() writes
-        self.model.register_load_state_dict_pre_hook(lambda *args: self.wait_all())
+        self.model.register_load_state_dict_pre_hook(self._wait_all_for)
         self.model.register_load_state_dict_post_hook(self._model_loaded)
         # model.state_dict() right after step() would otherwise hold the previous parameters
-        self.model.register_state_dict_pre_hook(lambda *args: self.wait_all())
+        self.model.register_state_dict_pre_hook(self._wait_all_for)
         self.optimizer.register_step_pre_hook(_replaced)
         index = {id(p): i for i, p in enumerate(self.params)}
         for name, module in self.model.named_modules():
             mine = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
             if mine:
-                module.register_forward_pre_hook(self._waiter(name or "model", mine))
+                module.register_forward_pre_hook(self._waiter(module, name or "model", mine))
         for tensor, param in enumerate(self.params):
             param.register_post_accumulate_grad_hook(self._gradient_ready(tensor))
         atexit.register(self.close)
         return PSOptimizer(self.optimizer, self)
 
+    def _wait_all_for(self, module, *_args) -> None:
+        if module is self.model:
+            self.wait_all()
+
     def _model_loaded(self, module, incompatible_keys) -> None:
         """model.load_state_dict() after setup: the servers take the loaded values (every worker)."""
-        if self.worker is not None and self.checkpoints is not None and not self.checkpoints.loading:
+        if module is self.model and self.worker is not None and self.checkpoints is not None \
+                and not self.checkpoints.loading:
             self.checkpoints.load(self.worker, state=False)
 
     # -- setup --------------------------------------------------------------------------------
@@ -200,7 +221,7 @@ class ParameterServerSync(SetUpOnFirstForward):
                 self.model, args, kwargs, job.priority, config.classes, store, self.prefix, job.rank,
                 job.world_size)
         from geryon.runtime.ps_checkpoint import Checkpoints, current_states
-        from geryon.transport.ps_optim import describe_optimizer
+        from geryon.transport.server_optimizer import describe_optimizer
 
         self.spec = describe_optimizer(self.optimizer, self.params)  # settings made since distribute()
         states = current_states(self.optimizer, self.params)  # state loaded before training
@@ -212,7 +233,15 @@ class ParameterServerSync(SetUpOnFirstForward):
         self.worker = self._join_servers(priorities, switch=0)
         if job.is_main:
             log_placement(self.worker, self.config.placement)
-        self.worker.pull(0)  # everyone starts from the servers' (worker 0's) values
+        if job.resumed_step:   # a server checkpoint's buffers, before the pull makes reads wait
+            from geryon.runtime.server_checkpoint import load_buffers
+
+            load_buffers(job.ps_checkpoint_dir, job.resumed_step, self.model)
+        # everyone starts from the servers' values: worker 0's, or a server checkpoint's at resumed_step
+        self.worker.iteration = job.resumed_step
+        self.worker.pull(job.resumed_step)
+        self.reads.mark_pending()
+        self.step_checkpoints = self._step_checkpoints()
         self.checkpoints = Checkpoints(self.optimizer, self.params, store, self.prefix, job.rank)
 
     def _join_servers(self, priorities, switch: int):
@@ -246,8 +275,8 @@ class ParameterServerSync(SetUpOnFirstForward):
             self.timeline.span(f"search switch {switch}", "search", started, time.time())
 
     # -- training -----------------------------------------------------------------------------
-    def _waiter(self, name: str, tensors: list[int]):
-        def wait(_module, _inputs):
+    def _waiter(self, module, name: str, tensors: list[int]):
+        def wait(_module, _inputs):   # on a copy of the model: waits for the original's layer
             if self.worker is None or self._setting_up:
                 return None
             if self.sent_step is not None:   # pulled ahead: between the first push and step()
@@ -260,6 +289,7 @@ class ParameterServerSync(SetUpOnFirstForward):
             started = time.time()
             for tensor in tensors:
                 self.worker.wait_param(tensor)
+            self.reads.mark_current(module)
             if self.timeline is not None:
                 self.timeline.span(f"wait params {name}", "wait", started, time.time())
             return None
@@ -297,7 +327,7 @@ class ParameterServerSync(SetUpOnFirstForward):
         """The STEP frame: clip request, the groups' numeric settings now, presence per tensor."""
         import torch
 
-        from geryon.transport.ps_optim import check_groups, hyper_vector
+        from geryon.transport.server_optimizer import check_groups, hyper_vector
 
         groups = check_groups(self.optimizer.param_groups, self.spec)
         clip = (1.0, *self.clip) if self.clip is not None else (0.0, 0.0, 0.0)
@@ -321,6 +351,7 @@ class ParameterServerSync(SetUpOnFirstForward):
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_end)
         self.worker.send_step(self.sent_step)
         self.worker.pull(self.worker.iteration + 1)
+        self.reads.mark_pending()
 
     def _backward_end(self) -> None:
         self.backward_ended = True
@@ -383,10 +414,29 @@ class ParameterServerSync(SetUpOnFirstForward):
             self.sent_step = None
         else:
             self.worker.pull(self.worker.iteration)
+            self.reads.mark_pending()
         if self.search is not None:
             switched = self.search.iteration_done()
             if switched is not None:
                 self._switch_classes(switched, self.search.switch_count)
+        if self.step_checkpoints is not None:
+            self.step_checkpoints.after_step(self.worker)
+
+    def _step_checkpoints(self):
+        """Worker 0's server checkpoints every K steps (--ps-checkpoint-every), or None."""
+        job = self.job
+        if not (job.ps_checkpoint_every and job.ps_checkpoint_dir):
+            return None
+        if self.spec.mean_only:
+            raise ConfigError("--ps-checkpoint-every saves the optimizer the servers run, but the workers "
+                              f"step {type(self.optimizer).__name__} themselves: save the script's own "
+                              "checkpoint instead, or use an optimizer the servers can run "
+                              "(docs/ps-optimizers.md)")
+        if not job.is_main:
+            return None
+        from geryon.runtime.server_checkpoint import StepCheckpoints
+
+        return StepCheckpoints(job.ps_checkpoint_dir, job.ps_checkpoint_every, job.servers, self.model)
 
     def _check_unchanged(self) -> None:
         """Gradients already sent must not have changed since (they would not reach the servers)."""
@@ -427,6 +477,18 @@ class ParameterServerSync(SetUpOnFirstForward):
                               "version. Save or load after step(), or use --ps-pull end")
         if self.worker is not None:
             self.worker.wait_all()
+        self.reads.mark_current()
+
+    def _wait_for_read(self, tensors) -> bool:
+        """A read of the model or optimizer outside the forward (geryon.runtime.ps_reads): wait."""
+        if self.sent_step is not None:
+            # --ps-pull ahead, between the first push and step(): reads of .grad are fine, values
+            # are being replaced (a forward, state_dict() or load fails, see wait_all)
+            return False
+        if self.worker is not None:
+            for tensor in tensors:
+                self.worker.wait_param(tensor)
+        return True
 
     def close(self) -> None:
         """Wait for the last pull (so the model holds the final values), then leave the servers."""
@@ -440,6 +502,7 @@ class ParameterServerSync(SetUpOnFirstForward):
             return
         try:
             worker.wait_all()
+            self.reads.mark_current()
         except Exception as exc:  # noqa: BLE001 -- at exit: report, never hang
             log.warning("geryon: last parameters did not arrive: %s", exc)
         worker.close()

@@ -58,7 +58,7 @@ class WorkerStepSync(SetUpOnFirstForward):
     def attach(self):
         """Hook the model and its gradients; return the user's optimizer (it runs here)."""
         self.model.register_forward_pre_hook(self._first_forward, with_kwargs=True, prepend=True)
-        self.model.register_forward_pre_hook(lambda module, args: self.buffers.before_forward(), prepend=True)
+        self.model.register_forward_pre_hook(self.buffers.hook, prepend=True)
         for tensor, param in enumerate(self.params):
             param.register_post_accumulate_grad_hook(self._gradient_ready(tensor))
         atexit.register(self.close)
@@ -68,7 +68,7 @@ class WorkerStepSync(SetUpOnFirstForward):
         import torch
 
         from geryon.transport import PSWorker
-        from geryon.transport.ps_optim import MEAN, OptimizerSpec
+        from geryon.transport.server_optimizer import MEAN, OptimizerSpec
 
         tracer = self.timeline.transfer if self.timeline else None
         job = self.job

@@ -2,7 +2,9 @@
 
 The launcher starts M of these next to the workers (RankEnv role `server`, server_rank j) and
 stops them with SIGTERM once every worker has finished; a server that exits on its own while workers
-still run fails the job.
+still run fails the job. Under torchrun or Slurm the server ranks run the same role inside
+`geryon.init()` (geryon.runtime.engines) and return as soon as every worker has finished: there is no
+launcher to wait for, and the engine counts the job done when every process has exited.
 
 A server runs geryon.transport's `ParameterServer`:
   1. it waits (until SIGTERM) for worker 0 to publish the job's starting point in the store under
@@ -13,10 +15,10 @@ A server runs geryon.transport's `ParameterServer`:
   2. it listens on the rank's host address (a free port) and publishes `host:port` under
      `ps/server/<j>`; workers authenticate with the job secret;
   3. it serves pushes and pulls, per priority class, running the user's torch.optim class on its
-     shards (geryon.transport.ps_optim), until every worker is gone (said goodbye, or
+     shards (geryon.transport.server_optimizer), until every worker is gone (said goodbye, or
      lost: then it names the worker; gone means its control flow ended, not any one connection
-     under its id: the rule is in geryon.transport.ps's docstring), and holds the role until the
-     launcher's SIGTERM (exit 0, or 1 when a worker was lost). The transport's closed connection or timeout
+     under its id: the rule is in geryon.transport.ps_server's docstring), and holds the role until
+     the launcher's SIGTERM (exit 0, or 1 when a worker was lost). The transport's closed connection or timeout
      (RankEnv.transport_timeout) marks a lost worker, so a dead worker never hangs a server.
   4. --priority search: when every worker has left and worker 0 announced class switch n under
      `ps/switch/<n>` (see geryon.runtime.ps_sync), the workers are not gone but switching: the
@@ -28,6 +30,9 @@ A server runs geryon.transport's `ParameterServer`:
   the averaged gradient under `ps/norm/<iteration>/<j>` and reads the others' (`NormExchange`).
   A worker's STATE request (optimizer.state_dict() / load_state_dict()) goes through the store too
   (geryon.runtime.ps_checkpoint.state_exchange).
+  --ps-checkpoint-every K: worker 0 asks every K steps for a checkpoint, which the server writes to
+  its --ps-checkpoint-dir; a server that starts with a consistent step S there takes its shards'
+  values, optimizer state and version S from it instead of the spec (geryon.runtime.server_checkpoint).
 """
 
 import functools
@@ -42,7 +47,7 @@ from geryon.errors import GeryonError
 from geryon.runtime import env as rank_env
 from geryon.runtime import jobtransport
 from geryon.runtime.env import RankEnv
-from geryon.runtime.ps_checkpoint import state_exchange
+from geryon.runtime import server_checkpoint
 from geryon.runtime.ps_sync import SPEC_KEY, SWITCH_KEY, decode_priorities, decode_spec, server_key
 from geryon.runtime.store_blobs import get_blob, put_blob
 from geryon.signals import event_set_by_signals
@@ -71,7 +76,7 @@ def serve(env: RankEnv) -> int:
 
     # a server only updates slices on its transport threads: torch's intra-op threads would split each
     # slice's optimizer step and then spin, burning the CPU the colocated workers need (see
-    # docs/transport-profile.md)
+    # docs/transport.md)
     torch.set_num_threads(1)
 
     timeline = rank_timeline(env.timeline, env.name)
@@ -80,11 +85,17 @@ def serve(env: RankEnv) -> int:
     values, priorities, switch = spec["values"], spec["priorities"], 0
     optimizer = spec["optimizer"]
     restore = (spec.get("states"), 0) if spec.get("states") else None
+    if env.resumed_step:
+        values, states = server_checkpoint.load(env.ps_checkpoint_dir, env.resumed_step, values)
+        restore = (states, env.resumed_step)
+        print(f"{name}: resuming from the checkpoint of step {env.resumed_step} in {env.ps_checkpoint_dir}",
+              flush=True)
     while True:
         with ParameterServer(index, count, workers, values, config, (host, 0), priorities,
                              optimizer=optimizer, step_frames=True,
                              norm_exchange=NormExchange(store, prefix, index, count),
-                             state_exchange=functools.partial(state_exchange, store)) as server:
+                             state_exchange=functools.partial(server_checkpoint.exchange, store,
+                                                                  env.ps_checkpoint_dir)) as server:
             if restore is not None:
                 restore_state(server, *restore)
             store.set(prefix + server_key(index, switch), f"{host}:{server.port}")
@@ -114,7 +125,8 @@ def serve(env: RankEnv) -> int:
         print(f"{name}: lost worker {worker}: {failure}", file=sys.stderr, flush=True)
     if not stopped.is_set() and not lost:
         print(f"{name}: every worker finished", flush=True)
-    stopped.wait()  # the launcher stops servers after the workers; exiting first would look like a failure
+    if env.launcher == "geryon":
+        stopped.wait()  # the launcher stops servers after the workers; exiting first would look like a failure
     return EXIT_WORKER_LOST if lost else 0
 
 
@@ -126,7 +138,7 @@ def switched_state(server, store, prefix: str, switch: int, count: int, values):
     """
     import torch
 
-    from geryon.transport.ps_optim import full_state
+    from geryon.transport.server_optimizer import full_state
 
     mine = {key: (state.param.clone(), state.state(), state.version)
             for key, state in server.shards.items()}
@@ -196,6 +208,11 @@ def main() -> int:
         print("geryon.runtime.server is started by `python -m geryon.launch --mode ps`, not by hand",
               file=sys.stderr)
         return 2
+    return run_role(env)
+
+
+def run_role(env: RankEnv) -> int:
+    """serve(env), its errors printed as one line: the process's exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
         return serve(env)

@@ -57,19 +57,25 @@ BENCH_WITHIN_CLASS = "fifo"
 BENCH_NOTSENT_LOWAT = 16384   # bytes: bench paper's TCP_NOTSENT_LOWAT where a record does not say
 
 
-def load_rows(path) -> list[dict]:
-    """Rows from a JSON array, an object with "rows", or JSON lines."""
+def read_record(path):
+    """A bench's JSON record: the file as one JSON value, else its JSON lines as a list (other lines,
+    such as a bench's progress, skipped)."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError:
         try:
-            data = [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
+            return [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path} is neither JSON nor JSON lines: {exc}") from None
+
+
+def load_rows(path) -> list[dict]:
+    """Rows from a JSON array, an object with "rows", or JSON lines."""
+    data = read_record(path)
     if isinstance(data, dict):
         settings = data.get("settings") if isinstance(data.get("settings"), dict) else {}
         data = data.get("rows", [data])

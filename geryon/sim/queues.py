@@ -187,10 +187,10 @@ def _capped_sum(values: np.ndarray, caps: np.ndarray) -> np.ndarray:
 EMULATED_QUEUES: dict[tuple[str, float], QueueTable] = {
     ("bbr", 100e6): QueueTable(((1, 69e3, 1e3), (2, 146e3, 112e3), (4, 158e3, 129e3),
                                 (7, 305e3, 217e3), (14, 870e3, 769e3))),
-    # the same with --bw 400mbit (40GbE at size scale 0.01), under the lock, 137 s
+    # the same with --bw 400mbit (40GbE at size scale 0.01), on an otherwise idle machine, 137 s
     ("bbr", 400e6): QueueTable(((1, 141e3, 26e3), (2, 284e3, 339e3), (4, 455e3, 415e3),
                                 (7, 464e3, 456e3), (14, 439e3, 459e3))),
-    # cubic at 100 Mbit/s, under the lock, 130 s (fifth session; docs/data/queueprobe/cubic-100mbit.jsonl):
+    # cubic at 100 Mbit/s, on an otherwise idle machine, 130 s (docs/results/):
     # cubic fills the port into a host (spread) to MBs, 26-42 KB GSO packets in a 1000-packet pfifo
     ("cubic", 100e6): QueueTable(((1, 136e3, 0.0), (2, 212e3, 2913e3), (4, 545e3, 6869e3),
                                   (7, 962e3, 8286e3), (14, 1858e3, 11144e3))),
@@ -199,10 +199,10 @@ EMULATED_QUEUES: dict[tuple[str, float], QueueTable] = {
 
 # Bytes one bulk connection keeps in flight (unacked segments x MSS, `ss -tin` in the senders'
 # namespaces), sampled by the same probe beside the port backlog, `spread` shape (N flows from
-# different hosts into one switch port: the incast into a colocated host's down link), under the
-# lock, seventh session: `python -m geryon.sim.queueprobe --flows 1,2,4,7,14 --shape spread,one
-# --duration 5 --bw 100mbit,400mbit --json` (docs/data/queueprobe/bbr-inflight.jsonl, 221 s) and the
-# same with `--bw 100mbit --congestion cubic` (cubic-inflight.jsonl). Rows: (connections, bytes per
+# different hosts into one switch port: the incast into a colocated host's down link), on an
+# otherwise idle machine: `python -m geryon.sim.queueprobe --flows 1,2,4,7,14 --shape spread,one
+# --duration 5 --bw 100mbit,400mbit --json` (221 s) and the same with `--bw 100mbit --congestion
+# cubic` (records in docs/results/). Rows: (connections, bytes per
 # connection), emulated bytes. It is the part of a socket's backlog beyond TCP_NOTSENT_LOWAT: an
 # urgent frame that a sender commits behind a bulk one on the SAME connection waits for it too.
 EMULATED_INFLIGHT: dict[tuple[str, float], tuple[tuple[float, float], ...]] = {

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from geryon.transport.policy import POLICIES
+
 
 def add_derived(rows: list[dict]) -> list[dict]:
     """Fill speedup_vs_vanilla and error_points (per model, link, workers and layout)."""
@@ -74,7 +76,7 @@ def efficiency_chart(rows: list[dict], path: Path, title: str) -> Path:
     import matplotlib.pyplot as plt
 
     cells = sorted({(r["model"], r.get("link") or f"{r['bw_gbit']:g}G") for r in rows})
-    policies = [p for p in ("vanilla", "slicing", "endhost", "geryon") if any(r["policy"] == p for r in rows)]
+    policies = [p for p in POLICIES if any(r["policy"] == p for r in rows)]
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(cells) + 2), 3.2), dpi=90)
     width = 0.8 / max(1, len(policies))
     for j, policy in enumerate(policies):

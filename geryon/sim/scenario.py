@@ -27,7 +27,7 @@ from geryon.errors import ConfigError
 from geryon.sim.fabric import build_fabric
 from geryon.sim.job import EXACT_LIMIT, PSJob
 from geryon.sim.queues import QueueTable
-from geryon.sim.paper import CALIBRATION_CELL, LINKS, PAPER_EFFICIENCY, paper_efficiency
+from geryon.sim.paper import CALIBRATION_CELL, LINKS, paper_efficiency
 from geryon.sim.workload import build_workload
 
 MODELS = ("vgg19", "resnet50", "alexnet", "inceptionv3")
@@ -139,7 +139,7 @@ def simulate(setting: SimSetting, policy: str, profile: LayerProfile | None = No
             "iteration_s": iteration, "images_per_s": batch * setting.workers / iteration,
             "scaling_efficiency": min(1.0, efficiency), "compute_s": result.compute_s,
             "analytic_iteration_s": analytic_s(setting, policy, profile),
-            "paper_scaling_efficiency": paper_efficiency(setting.link, setting.model, policy)
+            "paper_scaling_efficiency": paper_efficiency(setting.model, setting.link, policy)
             if setting.workers == 8 and setting.layout == "colocated" else None,
             "compute_scale": setting.compute_scale, "slice_params": setting.slice_params,
             "first_layer_wait_s": _mean(result.first_layer_wait[1:]),
@@ -185,8 +185,8 @@ def potential_speedup(profile: LayerProfile, bandwidth_bps: float, compute_scale
 
 def calibrate(setting: SimSetting | None = None, target: float | None = None) -> float:
     """The compute scale at which the calibration cell reaches the paper's efficiency (bisection)."""
-    link, model, policy = CALIBRATION_CELL
-    target = PAPER_EFFICIENCY[(link, model)][policy] if target is None else target
+    model, link, policy = CALIBRATION_CELL
+    target = paper_efficiency(*CALIBRATION_CELL) if target is None else target
     base = replace(setting or SimSetting(), model=model, link=link, bw_bps=LINKS[link], workers=8,
                    servers=None, layout="colocated", topology="star", iterations=4, exact=False)
     profile = base.profile()

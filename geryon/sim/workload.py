@@ -24,9 +24,8 @@ import numpy as np
 from geryon.categorize.classes import coarse_split, equal_thresholds, threshold_split
 from geryon.categorize.profiles import LayerProfile
 from geryon.errors import ConfigError
-from geryon.transport.policy import get_policy
+from geryon.transport.policy import PLACEMENTS, get_policy
 
-PLACEMENTS = ("count", "bytes")
 WITHIN_CLASS = ("urgency", "fifo")
 
 

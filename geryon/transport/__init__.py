@@ -1,19 +1,25 @@
 """Transport: per-priority TCP flows marked with DSCP, feeding a parameter server and a ring allreduce.
 
 Modules, one job each:
-  wire       the 44-byte frame header (8 bytes for a continuation), validated before anything is read
-  socketio   exact reads into caller buffers, the frame reader, vectored writes
-  handshake  mutual HMAC-SHA256 authentication with the per-job secret, version and job-id checks
-  tls        optional TLS under every flow: per-job credentials, mutual checks, a full-duplex socket
-  config     TransportConfig: every knob in one dataclass
-  trace      TransferEvent and the optional tracer callback (queued/send_start/send_done/recv_done)
-  policy     vanilla / slicing / endhost / geryon, as plain data
-  flows      FlowPool and Flow: one connection per (peer, class), send queues, receiver threads
-  buckets    allreduce bucket plans and their digest
-  allreduce  AllreduceGroup: ring reduce-scatter + all-gather, deterministic reduction order
-  shards     PS shard plans (whole tensors round-robin, or slices spread over servers)
-  ps         ParameterServer and PSWorker (push, pull, per-layer wait)
-  hooks      DDP comm hook and TCPStore rendezvous
+  wire             the 44-byte frame header (8 bytes for a continuation), validated before anything is read
+  socketio         exact reads into caller buffers, the frame reader, vectored writes
+  handshake        mutual HMAC-SHA256 authentication with the per-job secret, version and job-id checks
+  tls              optional TLS under every flow: per-job credentials, mutual checks, a full-duplex socket
+  config           TransportConfig: every knob in one dataclass
+  trace            TransferEvent and the optional tracer callback (queued/send_start/send_done/recv_done)
+  policy           vanilla / slicing / endhost / geryon, as plain data (POLICIES: the one list of them)
+  flows            FlowPool and Flow: one connection per (peer, class), send queues, receiver threads
+  elementwise      sums, means and copies on the transport's own threads
+  buckets          allreduce bucket plans and their digest
+  prepared         what a repeated allreduce of the same tensors keeps between calls
+  allreduce        AllreduceGroup: ring reduce-scatter + all-gather, deterministic reduction order
+  shards           PS shard plans (whole tensors round-robin, or slices spread over servers)
+  ps_protocol      the PS protocol (push, pull, STEP, ABSENT) and the shard layout both sides share
+  ps_server        ParameterServer: aggregates pushes, runs the optimizer on its shards, answers pulls
+  ps_worker        PSWorker: pushes gradient shards, pulls parameters into the model's tensors
+  server_optimizer OptimizerSpec: the user's optimizer as data, which every server rebuilds per shard
+  signed_store     a rendezvous store whose values are authenticated with the job secret
+  hooks            DDP comm hook and TCPStore rendezvous
 (Its benchmarks and their role processes are in geryon.bench: transport, transport_roles, priority.)
 
 Usage (every rank passes the same tensors, in the same order; priorities: class 0 most urgent):
@@ -40,11 +46,21 @@ Tracing: `TransportConfig(tracer=callback)` gets a `TransferEvent` per data slic
 sent and received (see `trace`).
 """
 
-from geryon.transport.allreduce import AllreduceGroup, reference_allreduce
-from geryon.transport.config import TransportConfig
-from geryon.transport.policy import POLICIES, Policy, get_policy
-from geryon.transport.ps import ParameterServer, PSWorker
-from geryon.transport.trace import TransferEvent
+import importlib
 
-__all__ = ["AllreduceGroup", "ParameterServer", "POLICIES", "Policy", "PSWorker", "TransferEvent",
-           "TransportConfig", "get_policy", "reference_allreduce"]
+# name -> module; loaded on first use, so that `geryon.transport.policy` (the policies' names, which the
+# launcher checks its flags against) can be imported without torch
+_EXPORTS = {
+    "AllreduceGroup": "allreduce", "reference_allreduce": "allreduce",
+    "TransportConfig": "config",
+    "POLICIES": "policy", "Policy": "policy", "get_policy": "policy",
+    "ParameterServer": "ps_server", "PSWorker": "ps_worker",
+    "TransferEvent": "trace",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'geryon.transport' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"geryon.transport.{_EXPORTS[name]}"), name)

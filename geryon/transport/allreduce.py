@@ -17,6 +17,13 @@ it stays in cache) and is added in place into the bucket; an all-gather slice la
 bucket. Nothing the size of a bucket is allocated per collective. A call with the
 same tensors as an earlier one reuses that call's plan and views (`geryon.transport.prepared`).
 
+CUDA tensors (and CPU tensors when the group is made with `stage_host=True`, which runs the same
+pipeline on host buffers) go through `geryon.transport.staging`: a slice is copied into one of the
+sending flow's host slots when its turn to be sent comes, every received slice lands in a host slot
+of its flow and is added (reduce-scatter) or copied (all-gather) into the bucket on the bucket's
+device, on that flow's side stream; the CPU does not add. `wait()` makes the caller's stream wait
+for those streams, without synchronising the device.
+
 Reduction order (deterministic, bit-exact): chunk c is summed along the ring starting at rank c,
     ((x_c + x_{c+1}) + x_{c+2}) + ... + x_{c+world-1}      (indices mod world)
 with torch's elementwise add in the tensors' own dtype; `op="avg"` then divides that sum by world
@@ -45,6 +52,7 @@ from geryon.transport.buckets import (Bucket, chunk_bounds, normalize_priorities
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
 from geryon.transport.prepared import PreparedCache, memory_flat, prepare, reusable
+from geryon.transport.staging import HostStaging, Marker, StagedSlice, mark, staging_for
 from geryon.transport.wire import Kind, byte_view, dtype_code, encode_control, encode_header
 
 log = logging.getLogger(__name__)
@@ -73,7 +81,7 @@ class _Inbox:
     before any socket read lands in them. A buffer that grew with the pieces was fresh, untouched
     memory at each growth: the first collective with rate-sized pieces (the one after the first of
     a size) took 15-30 ms longer at 1 Gbit/s, 8 x 100 MB, and made this way it does not
-    (docs/transport-profile.md, twenty-eighth session). It grows again only for a piece larger than
+    (docs/transport.md). It grows again only for a piece larger than
     `reserve` (unsliced policies).
     """
     reserve: int = 0
@@ -81,6 +89,13 @@ class _Inbox:
     view: memoryview = field(default_factory=lambda: memoryview(bytearray(0)))
     array: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint8))   # over `scratch`
     frame: tuple | None = None
+    stagings: dict = field(default_factory=dict)   # device -> HostStaging, for staged buckets
+
+    def staging(self, device) -> HostStaging:
+        staging = self.stagings.get(device)
+        if staging is None:
+            staging = self.stagings[device] = staging_for(device, self.reserve)
+        return staging
 
     def landing(self, nbytes: int) -> memoryview:
         if len(self.view) < nbytes:
@@ -103,11 +118,12 @@ class _BucketRun:
     sent: int = 0
     counted: bool = False      # already subtracted from the collective's `remaining`
     acc_bytes: memoryview | None = None   # a byte view of `acc`; made here when not given
+    staged: bool = False       # slices cross through host slots (geryon.transport.staging)
 
     def __post_init__(self):
         # made once per collective, not once per slice
         self.dtype_code = dtype_code(self.bucket.dtype)
-        if self.acc_bytes is None:
+        if self.acc_bytes is None and not self.staged:
             self.acc_bytes = byte_view(self.acc)
 
     @cached_property
@@ -136,6 +152,7 @@ class _Collective:
     link_bytes: float = 0.0     # bytes this rank's ring link carries for it (2 (n-1) / n of the data)
     started: float = field(default_factory=time.monotonic)
     last_progress: float = field(default_factory=time.monotonic)
+    start: Marker = None        # staged buckets: the compute stream's work before the collective
 
 
 class AllreduceWork:
@@ -147,6 +164,7 @@ class AllreduceWork:
     def wait(self) -> list[torch.Tensor]:
         if self._op is not None:
             self._group._wait(self._op)
+            self._group._join_staging(self._op)
             self._finish()
             self._op = None
         return self._tensors
@@ -157,10 +175,12 @@ class AllreduceGroup(PoolOwner):
 
     `peers[i]` is the (host, port) where rank i listens; this rank listens on its own entry
     (or on `listen`). Priorities: per tensor a class (int, 0 most urgent) or (class, urgency).
+    CUDA tensors are staged through host memory (geryon.transport.staging); `stage_host=True`
+    stages CPU tensors the same way (the pipeline's CPU form, for tests and the CUDA bench).
     """
 
     def __init__(self, rank: int, world: int, peers, config: TransportConfig,
-                 listen: tuple[str, int] | None = None):
+                 listen: tuple[str, int] | None = None, stage_host: bool = False):
         if not 0 <= rank < world or len(peers) != world:
             raise ConfigError(f"rank {rank} of world {world} with {len(peers)} peer addresses")
         self.rank, self.world, self.config = rank, world, config
@@ -173,6 +193,8 @@ class AllreduceGroup(PoolOwner):
         self._digests: dict[int, dict[int, bytes]] = {}
         self._aborted = False
         self._inboxes: dict[object, _Inbox] = {}   # per receiving flow
+        self._outboxes: dict[tuple, HostStaging] = {}   # (sending flow, device) -> its staging
+        self.stage_host = stage_host
         self._prepared = PreparedCache()
         self.link_rate: float | None = None       # bytes/s of the last bandwidth-bound collective
         self.pool = None
@@ -206,7 +228,8 @@ class AllreduceGroup(PoolOwner):
             dtype_code(bucket.dtype)
             if op == "avg" and not bucket.dtype.is_floating_point:
                 raise ConfigError(f"op='avg' needs floating-point tensors, not {bucket.dtype}")
-        prepared = prepare(tensors, buckets) if self.world > 1 and reusable(tensors, buckets) else None
+        reuse = self.world > 1 and not self.stage_host and reusable(tensors, buckets)
+        prepared = prepare(tensors, buckets) if reuse else None
         flats = prepared.flats if prepared else [self._flatten(tensors, bucket) for bucket in buckets]
 
         def finish():
@@ -299,9 +322,12 @@ class AllreduceGroup(PoolOwner):
                                    expect_rs=bucket.numel - size[r],
                                    expect_ag=bucket.numel - size[(r + 1) % n],
                                    expect_sent=2 * bucket.numel - size[(r + 1) % n] - size[(r + 2) % n],
-                                   acc_bytes=views[i] if views is not None else None))
+                                   acc_bytes=views[i] if views is not None else None,
+                                   staged=self.stage_host or flat.device.type != "cpu"))
         data = sum(b.numel * b.dtype.itemsize for b in buckets)
-        collective = _Collective(seq, runs, average, remaining=len(runs), link_bytes=2 * (n - 1) / n * data)
+        staged = [run.acc.device for run in runs if run.staged]
+        collective = _Collective(seq, runs, average, remaining=len(runs), link_bytes=2 * (n - 1) / n * data,
+                                 start=mark(staged[0]) if staged else None)
         with self.pool.cond:
             self._ops[seq] = collective
             self._registered = max(self._registered, seq + 1)
@@ -323,7 +349,7 @@ class AllreduceGroup(PoolOwner):
         piece is queued by the sender thread before it takes its next frame), but the first byte
         leaves as soon as the first piece is queued. Queuing a 100 MB chunk's hundreds of pieces up
         front held every rank's first byte back by milliseconds of Python at every collective
-        (docs/transport-profile.md, twelfth session).
+        (docs/transport.md).
         """
         start, end = self._chunk(run, self.rank)
         spans = pieces(start, end, self._piece(run))
@@ -353,9 +379,10 @@ class AllreduceGroup(PoolOwner):
         return self.policy.send_key(collective.seq, run.bucket.priority, run.bucket.urgency, next_sequence())
 
     def _send(self, collective: _Collective, run: _BucketRun, kind: Kind, offset: int, length: int,
-              key: tuple | None = None, then=None):
+              key: tuple | None = None, then=None, after: Marker = None):
         """Queue one piece for the right neighbour (under `key`, else a fresh one); `then()` runs on
-        the flow's sender thread once the piece is in the kernel."""
+        the flow's sender thread once the piece is in the kernel. A staged piece is copied out of the
+        bucket once `after` (default: the collective's start) is reached."""
         bucket = run.bucket
         header = encode_header(kind, job_id=self.config.job_id, iteration=collective.seq,
                                tensor_id=bucket.id, offset=offset, length=length,
@@ -371,7 +398,28 @@ class AllreduceGroup(PoolOwner):
                 then()
 
         flow = self.pool.flow(self.right, self.policy.flow_of(bucket.priority), wait=True)
-        flow.send(key, header, run.slice_of(run.acc_bytes, offset, length), on_sent=sent)
+        if run.staged:
+            payload = StagedSlice(self._outbox(flow, run.acc.device), run.acc[offset:offset + length],
+                                  after if after is not None else collective.start)
+        else:
+            payload = run.slice_of(run.acc_bytes, offset, length)
+        flow.send(key, header, payload, on_sent=sent)
+
+    def _outbox(self, flow, device) -> HostStaging:
+        """The staging `flow`'s sender copies `device` slices through (used by that thread only)."""
+        with self.pool.cond:
+            staging = self._outboxes.get((flow, device))
+            if staging is None:
+                staging = self._outboxes[(flow, device)] = staging_for(device, self.config.max_slice_bytes)
+        return staging
+
+    def _join_staging(self, collective: _Collective) -> None:
+        """Order the caller's stream after the device work the receivers queued for `collective`."""
+        if collective.start is None and not self.stage_host:
+            return
+        for inbox in list(self._inboxes.values()):
+            for staging in list(inbox.stagings.values()):
+                staging.join()
 
     def _check_done(self, collective: _Collective, run: _BucketRun) -> None:
         # called with pool.cond held
@@ -421,9 +469,13 @@ class AllreduceGroup(PoolOwner):
             inbox = self._inboxes[flow] = _Inbox(reserve=self.config.max_slice_bytes)
         if header.kind == Kind.REDUCE and c != self.rank:
             inbox.frame = (collective, run, c)
+            if run.staged:
+                return inbox.staging(run.acc.device).landing(header.payload_len)
             return inbox.landing(header.payload_len)
         if header.kind == Kind.GATHER and c != (self.rank + 1) % self.world:
             inbox.frame = (collective, run, c)
+            if run.staged:
+                return inbox.staging(run.acc.device).landing(header.payload_len)
             return run.slice_of(run.acc_bytes, header.offset, header.length)
         raise ProtocolError(f"{header.describe()} from {flow.name} is not expected at rank {self.rank}")
 
@@ -431,15 +483,22 @@ class AllreduceGroup(PoolOwner):
         inbox = self._inboxes[flow]
         (collective, run, c), inbox.frame = inbox.frame, None
         offset, length, n, r = header.offset, header.length, self.world, self.rank
+        ready = None
         if header.kind == Kind.REDUCE:
             owner = c == (r + 1) % n
-            self._reduce(run, inbox, offset, length, header.payload_len, n if owner and collective.average else None)
-            if owner:
-                self._send(collective, run, Kind.GATHER, offset, length)
+            divisor = n if owner and collective.average else None
+            if run.staged:
+                ready = inbox.staging(run.acc.device).into(run.acc[offset:offset + length], add=True,
+                                                           divisor=divisor, after=collective.start)
             else:
-                self._send(collective, run, Kind.REDUCE, offset, length)
-        elif c != (r + 2) % n:
-            self._send(collective, run, Kind.GATHER, offset, length)
+                self._reduce(run, inbox, offset, length, header.payload_len, divisor)
+            self._send(collective, run, Kind.GATHER if owner else Kind.REDUCE, offset, length, after=ready)
+        else:
+            if run.staged:
+                ready = inbox.staging(run.acc.device).into(run.acc[offset:offset + length], add=False,
+                                                           after=collective.start)
+            if c != (r + 2) % n:
+                self._send(collective, run, Kind.GATHER, offset, length, after=ready)
         with self.pool.cond:
             if header.kind == Kind.REDUCE:
                 run.got_rs += length

@@ -2,7 +2,7 @@
 
 Default slice size: 256 KiB, the largest size with full goodput whose wait behind one slice of its
 own flow stays small (21 ms at 100 Mbit/s, 2 ms at 1 Gbit/s); the sweep behind it, and the
-TCP_NOTSENT_LOWAT measurement, are in docs/measurements.md.
+TCP_NOTSENT_LOWAT measurement, are in docs/transport.md.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from geryon.errors import ConfigError
-from geryon.transport.policy import Policy, get_policy
+from geryon.transport.policy import PLACEMENTS, Policy, get_policy
 from geryon.transport.tls import TlsCredentials
 from geryon.transport.trace import TransferEvent
 
@@ -20,7 +20,6 @@ DEFAULT_DSCP = (46, 0)
 # TCP's retransmission backoff cap (TCP_RTO_MAX_MS) for geryon's flows and for the job's gloo connections
 # (geryon.runtime.api.init): a flow resumes within 1 s after a link comes back
 DEFAULT_RTO_MAX_MS = 1000
-PLACEMENTS = ("count", "bytes")   # see transport.shards.plan_shards
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,7 @@ class TransportConfig:
     # allreduce: a rank cuts its own chunks into pieces of about `slice_seconds` on the wire at the rate
     # its ring link reached in the last bandwidth-bound collective, between slice_bytes and this, and at
     # most a quarter of the chunk (the ring still pipelines). Fewer, larger pieces at high rates halve
-    # the per-slice CPU (docs/transport-profile.md, seventh session); at 100 Mbit/s a piece stays
+    # the per-slice CPU (docs/transport.md); at 100 Mbit/s a piece stays
     # slice_bytes. Pieces carry their offset and length, so ranks need not agree. = slice_bytes: off.
     max_slice_bytes: int = 4 * 1024 * 1024
     slice_seconds: float = 0.02
@@ -51,7 +50,7 @@ class TransportConfig:
     rto_max_ms: int | None = DEFAULT_RTO_MAX_MS
     # TCP_RTO_MIN_US (Linux >= 6.15; ignored where absent): the floor of the retransmission timeout. Many
     # flows into one port (PS push/pull) lose whole window tails; with the 200 ms default each such loss
-    # stalled a synchronous iteration for 200 ms (docs/transport-profile.md); None = the kernel's
+    # stalled a synchronous iteration for 200 ms (docs/transport.md); None = the kernel's
     rto_min_us: int | None = 10_000
     # CPU niceness added to the send/receive threads of every flow after the first (the less urgent
     # classes), best effort: where the CPU, not the wire, is contended, the urgent class's frames are

@@ -4,7 +4,7 @@ torch splits an elementwise op over its intra-op (OpenMP) threads once it has mo
 elements; after the op those threads spin for a while waiting for the next parallel region. A
 transport thread reduces one 256 KiB slice, then waits for the network, so each slice woke the team
 and paid for its spin: measured here, `add_` on 65,536 floats cost ~0.7-1.1 ms of CPU per call when
-calls came 0.5 ms apart, against ~0.06 ms done in pieces of GRAIN (docs/transport-profile.md). The
+calls came 0.5 ms apart, against ~0.06 ms done in pieces of GRAIN (docs/transport.md). The
 ops below work in pieces of at most GRAIN elements, which torch runs inline on the calling thread.
 Each piece is the same elementwise op on the same elements, so results are bit-identical to the
 whole-tensor op (the exactness tests compare against plain torch).
@@ -13,8 +13,8 @@ The allreduce's per-slice reduction goes through numpy instead where numpy compu
 (`array_of`, `add_array_`, `div_array_`): numpy runs on the calling thread, releases the GIL, and
 costs a few calls where torch's path costs about ten. That matters because a slice lands about every
 20 ms at 100 Mbit/s, and a call after such a gap runs with cold caches: measured here, reducing a
-256 KiB slice after a 20 ms gap took 289 µs through torch and 157 µs through numpy (docs/transport-profile.md,
-twenty-third session). For float32 and float64, IEEE addition and division round once in either
+256 KiB slice after a 20 ms gap took 289 µs through torch and 157 µs through numpy (docs/transport.md).
+For float32 and float64, IEEE addition and division round once in either
 library, and both leave NaNs as the processor makes them; integers wrap in both. float16 is added
 and divided in float32 and rounded to half by both, which is exact since float32 has more than twice
 half's precision; only a NaN's sign can differ, and it differs within torch too (its vectorized loop

@@ -4,7 +4,9 @@ A FlowPool owns a listening socket and every connection of one rank. Each connec
 marked with its class's DSCP (IP_TOS / IPV6_TCLASS) and SO_PRIORITY, optionally its own congestion
 control, TCP_NOTSENT_LOWAT (so the kernel does not absorb the priority queue) and TCP_NODELAY. Each
 flow has a sender thread draining a priority-ordered send queue and a receiver thread that reads
-headers, asks the pool's handler for the destination view, and `recv_into`s the payload there.
+headers, asks the pool's handler for the destination view, and `recv_into`s the payload there. A
+payload is bytes (a view of host memory), or a `StagedSlice` of a device tensor that the sender
+copies into host memory when its turn comes (geryon.transport.staging).
 
 The handler (allreduce, PS, the priority bench) is a `FlowHandler`:
     destination(flow, header) -> memoryview   (raise ProtocolError to reject the frame)
@@ -50,6 +52,7 @@ from geryon.errors import AuthenticationError, PeerAborted, PeerTimeout, Protoco
 from geryon.transport.config import TransportConfig
 from geryon.transport.handshake import dial_handshake, listen_handshake
 from geryon.transport.socketio import FrameReader, use_kernel_timeouts, write_all
+from geryon.transport.staging import StagedSlice
 from geryon.transport.tls import secure
 from geryon.transport.trace import emit_from_header, emit_received
 from geryon.transport.wire import (CONTROL_KINDS, HEADER_SIZE, MAX_CONTROL_PAYLOAD, HeaderCompressor, Kind,
@@ -192,6 +195,11 @@ class SendQueue:
                 self._cond.wait()
             return heapq.heappop(self._heap) if self._heap and not self._closed else None
 
+    def head_payload(self):
+        """The payload of the frame that `get` would return next (None: the queue is empty)."""
+        with self._cond:
+            return self._heap[0].payload if self._heap else None
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -275,10 +283,18 @@ class Flow:
                 if tracer is not None:
                     emit_from_header(tracer, "send_start", self.peer, self.name, item.header)
                 header = headers.wire_header(item.header)
-                write_all(self.sock, [header, item.payload], self.name)
+                staged = isinstance(item.payload, StagedSlice)
+                payload = item.payload.open() if staged else item.payload
+                if staged:      # the next staged slice is copied while this one is written
+                    following = self.queue.head_payload()
+                    if isinstance(following, StagedSlice):
+                        following.prefetch()
+                write_all(self.sock, [header, payload], self.name)
+                if staged:
+                    item.payload.close()
                 if tracer is not None:
                     emit_from_header(tracer, "send_done", self.peer, self.name, item.header)
-                self.bytes_sent += len(header) + len(item.payload)
+                self.bytes_sent += len(header) + len(payload)
                 if item.on_sent is not None:
                     item.on_sent()
         except Exception as exc:  # noqa: BLE001 -- any failure ends this flow, reported to waiters
@@ -322,7 +338,7 @@ class Flow:
         Returns how many header bytes it read: as many as had arrived, so one recv per frame, not two.
         On a plain socket a header that has not arrived is waited for in poll(): a thread blocked in
         recv() is also woken each time ACKs free send-buffer space (reader and writer share the socket's
-        wait queue), while poll() for readability sleeps through those (docs/transport-profile.md).
+        wait queue), while poll() for readability sleeps through those (docs/transport.md).
         """
         readable = self._readable
         while not self.closing:

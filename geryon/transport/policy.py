@@ -46,6 +46,11 @@ class Policy:
         return (epoch, priority, urgency, seq)
 
 
+# How a PS plan deals slices to servers (geryon.transport.shards.plan_shards): "bytes" to the server
+# with the fewest bytes so far, "count" round-robin (P3's way). The launcher, the rank and the simulator
+# check their placement against this list.
+PLACEMENTS = ("bytes", "count")
+
 POLICIES = {
     "vanilla": Policy("vanilla", flow_per_class=False, sliced=False, urgency_order=False,
                       spread_over_servers=False),

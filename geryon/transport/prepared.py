@@ -7,7 +7,7 @@ it needs besides is fixed by the tensors: the bucket plan (already checked again
 by its digest), a flat tensor over each one's memory and a byte view for the sockets. Built again
 at every call they cost a fresh call 0.4 ms before its first byte leaves on the test machine, most
 of it torch and numpy calls that run from cold caches after the idle gap before a collective;
-reused they cost 0.2 ms (docs/transport-profile.md, twenty-second session).
+reused they cost 0.2 ms (docs/transport.md).
 
 `PreparedCache` keeps them per list of tensor objects, priorities and op, and checks at each use
 that the objects, their memory, shapes, strides and dtypes are those it was made for. It holds each

@@ -11,7 +11,7 @@ Two ways to time out. During the handshake, Python's socket timeout (settimeout:
 recv/send). Once a plain TCP flow runs, `use_kernel_timeouts` makes the socket blocking with the
 kernel's SO_RCVTIMEO/SO_SNDTIMEO instead: one syscall per call, and a payload is read with
 MSG_WAITALL, so a 256 KiB slice is one recv_into (one wake-up of the thread) instead of one per
-arriving burst, and a send blocks in the kernel until the whole slice is queued (docs/transport-profile.md).
+arriving burst, and a send blocks in the kernel until the whole slice is queued (docs/transport.md).
 A kernel timeout shows as BlockingIOError (EAGAIN) and is reported exactly like socket.timeout.
 The kernel bounds a whole MSG_WAITALL call by the timeout, progress or not: a call that returns part of
 what it asked for ran into the timeout with bytes that arrived at some point inside it. The rest of the

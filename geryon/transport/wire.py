@@ -24,7 +24,7 @@ offset = that frame's offset + length) says only so::
     4      4    length        number of elements in the slice
 
 A tensor cut into 256 KiB pieces then pays 8 header bytes per piece instead of 44 (at 100 Mbit/s that
-is 2 ms of an 8-rank 100 MB ring allreduce, docs/transport-profile.md), and each piece stays a frame
+is 2 ms of an 8-rank 100 MB ring allreduce, docs/transport.md), and each piece stays a frame
 of its own, so the sender can still put a more urgent frame between any two. `continues` is the
 sender's test; `decode_continuation` rebuilds the full Header from the previous data frame's and
 validates it exactly like a full one. Control frames neither continue nor are continued; they leave

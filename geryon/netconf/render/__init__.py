@@ -11,6 +11,10 @@ docstring, each exposing `LIMITS` (a `TargetLimits`) and `render(profile) -> Ren
   nvue        NVIDIA Cumulus Linux NVUE (`nv set qos ...`)
   junos       Juniper Junos `set class-of-service ...`
 
+Each rendering also carries `verify`: the target's commands that show per-queue counters of its ports
+(`--json` lists them; CLI renderings end with them as comments), and where the switch prints structured
+output its module has `parse_queue_counters(text) -> {port: {queue: QueueCount}}`.
+
 `render(profile, target)` checks the profile against the target's limits first (TargetLimitError before
 anything is produced, let alone applied).
 """
@@ -20,7 +24,7 @@ import json
 from dataclasses import dataclass, field
 
 from geryon.errors import ConfigError
-from geryon.netconf.profile import QosProfile, check_target
+from geryon.netconf.qos_profile import CONTROL_DSCPS, QosProfile, check_target
 
 TARGETS = ("linux", "sonic", "openconfig", "eos", "nxos", "nvue", "junos")
 FORMATS = ("native", "yang")
@@ -36,10 +40,12 @@ class Rendering:
     data: object = None
     notes: tuple[str, ...] = field(default=())
     commands: tuple[str, ...] = ()  # CLI targets: one configuration line each, in order
+    verify: tuple[str, ...] = ()  # the switch's commands that show per-queue counters of the ports
 
     def as_dict(self) -> dict:
         return {"target": self.target, "profile": self.profile.name, "notes": list(self.notes),
-                "config": self.data if self.data is not None else self.text.splitlines()}
+                "config": self.data if self.data is not None else self.text.splitlines(),
+                "verify": list(self.verify)}
 
 
 def target_module(target: str):
@@ -60,6 +66,45 @@ def render(profile: QosProfile, target: str, fmt: str = "native") -> Rendering:
     if fmt == "yang" and target == "sonic":
         return module.render_yang(carried)
     return module.render(carried)
+
+
+@dataclass(frozen=True)
+class QueueCount:
+    """Counters of one egress queue of one port, as the switch reports them (None: not available)."""
+
+    packets: int | None
+    bytes: int | None
+    dropped_packets: int | None
+
+
+def dscp_queues(profile: QosProfile, control_queue: int | None, keep: dict[int, int] | None = None) -> dict[int, int]:
+    """Every DSCP 0..63 -> queue: the profile's classes (unlisted DSCPs to the default class), the DSCPs of
+    `keep` (the platform's own, e.g. lossless RoCE) where no class lists them, and network control
+    (CONTROL_DSCPS) to `control_queue` when the target has one."""
+    listed = {dscp for cls in profile.classes for dscp in cls.dscps}
+    out = {dscp: cls.queue for dscp, cls in profile.dscp_map().items()}
+    out.update({dscp: queue for dscp, queue in (keep or {}).items() if dscp not in listed})
+    if control_queue is not None:
+        out.update({dscp: control_queue for dscp in CONTROL_DSCPS})
+    return out
+
+
+def by_queue(mapping: dict[int, int]) -> dict[int, list[int]]:
+    """queue -> its DSCPs, ascending, from a DSCP -> queue map."""
+    out: dict[int, list[int]] = {}
+    for dscp in sorted(mapping):
+        out.setdefault(mapping[dscp], []).append(dscp)
+    return out
+
+
+def counter(value) -> int | None:
+    """A switch's counter value as an int: numbers, digit strings ("1,234" too), None for "N/A"."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).replace(",", "").strip()
+    return int(text) if text.isdigit() else None
 
 
 def dump_json(data) -> str:

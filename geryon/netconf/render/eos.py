@@ -20,10 +20,29 @@ generator of google/capirca, https://github.com/google/capirca/blob/master/doc/g
   Approximate: `flags ack` checks that ACK is set, not that the others are clear, so small SYN-ACK, FIN
   and PSH segments (< 128 bytes) go there too; IPv4 only (IPv6 keeps its DSCP class). Not run on a device.
 
+Safe on a production fabric:
+  - Network control: on Sand-family platforms (Jericho/Qumran: 7280R, 7500R) tx-queue 7 is reserved for
+    control-plane traffic, and EOS's default DSCP map puts CS7 (56-63) in traffic class 7. geryon maps CS6
+    and CS7 (48, 56) to traffic class 7 on every EOS rendering, so routing protocols ride tx-queue 7, strict
+    (the EOS default) and above every class; a class on queue 7 moves to 6, and if 6 is taken the profile
+    is refused. No shaper is rendered on strict queues: none was found recommended for this case (not
+    checked against the full manual).
+  - Lossless: EOS ships with PFC off, so no queue is lossless by default and none is reserved. A
+    `lossless = true` class gets, on each of the profile's ports, `priority-flow-control on` and
+    `priority-flow-control priority <its traffic class> no-drop` (the syntax of published EOS RoCE
+    configurations; the manual's "Priority Flow Control" section was not at hand, nor was it checked that
+    the PFC priority equals the traffic class under `qos trust dscp`). ECN thresholds (`random-detect ecn`)
+    are platform- and buffer-specific and are not rendered.
+  - Only lines geryon owns: the DSCP and traffic-class maps it sets, the qos profile GERYON (the only
+    place a `no` is issued: `no priority` on its own tx-queues) and the listed interfaces. The session
+    (`configure session`, `commit timer`, `abort`) rolls back exactly those lines.
+  - `qos map dscp` classifies IPv4 and IPv6 alike (the DSCP of either header; not checked against the
+    manual).
+  - Verification: `show interfaces <port> counters queue` (per tx-queue packets, bytes, drops), listed
+    at the end as comments and in `verify`; its JSON form (`| json`) is not parsed: no documented sample
+    was at hand.
+
 Hazards:
-  - On Sand-family platforms (Jericho/Qumran: 7280R, 7500R) tx-queue 7 is reserved for control-plane
-    traffic, so a class on queue 7 moves to 6 (on every EOS platform, so one rendering fits all);
-    if queue 6 is taken the profile is refused.
   - EOS queues are strict by default, higher number first; `no priority` on tx-queue N makes N *and
     every queue below it* round-robin, which is why a profile's strict classes must sit above its
     weighted ones (validated for every profile).
@@ -31,13 +50,14 @@ Hazards:
     on switched ports).
 """
 
-from geryon.netconf.profile import ACK_APPROX, ACK_MAX_LEN, ACK_SHARE_PERCENT, QosProfile, TargetLimits, percentages
-from geryon.netconf.render import Rendering
+from geryon.netconf.qos_profile import ACK_APPROX, ACK_MAX_LEN, ACK_SHARE_PERCENT, QosProfile, TargetLimits, percentages
+from geryon.netconf.render import Rendering, by_queue, dscp_queues
 
 PROFILE = "GERYON"
 ACK_POLICY = "GERYON-ACK"
-LIMITS = TargetLimits("eos", max_strict=8, reserved_queues=(7,), percent_weights=True,
-                      reserved_why="tx-queue 7 is reserved for control traffic on Sand-family EOS platforms",
+LIMITS = TargetLimits("eos", max_strict=8, percent_weights=True, control_queue=7,
+                      control_why="tx-queue 7 is reserved for control traffic on Sand-family EOS platforms and "
+                                  "carries CS6/CS7 on every EOS rendering",
                       ack_match=ACK_APPROX,
                       ack_why="the traffic-policy matches 'flags ack' (ACK set, other flags not checked) and IP "
                               f"length 20-{ACK_MAX_LEN - 1}, IPv4 only")
@@ -47,14 +67,12 @@ MAP_CHUNK = 8
 
 def commands(profile: QosProfile) -> list[str]:
     lines = []
-    by_class: dict[str, list[int]] = {cls.name: [] for cls in profile.classes}
-    for dscp, cls in sorted(profile.dscp_map().items()):
-        by_class[cls.name].append(dscp)
-    for cls in profile.classes:
-        dscps = by_class[cls.name]
+    queues = by_queue(dscp_queues(profile, LIMITS.control_queue))
+    for queue in [cls.queue for cls in profile.classes] + [LIMITS.control_queue]:
+        dscps = queues.get(queue, [])
         for start in range(0, len(dscps), MAP_CHUNK):  # the map command takes a few values per line
             chunk = " ".join(map(str, dscps[start:start + MAP_CHUNK]))
-            lines.append(f"qos map dscp {chunk} to traffic-class {cls.queue}")
+            lines.append(f"qos map dscp {chunk} to traffic-class {queue}")
     for cls in profile.classes:
         lines.append(f"qos map traffic-class {cls.queue} to tx-queue {cls.queue}")
     if profile.ack_own:
@@ -72,11 +90,19 @@ def commands(profile: QosProfile) -> list[str]:
             lines += ["      no priority", f"      bandwidth percent {shares[cls.name]}"]
     if profile.ack_priority != "off":
         lines += ack_policy(profile.ack_queue)
+    lossless = [cls for cls in profile.classes if cls.lossless]
     for port in profile.ports or DEFAULT_PORTS:
         lines += [f"interface {port}", f"   service-profile {PROFILE}"]
         if profile.ack_priority != "off":
             lines.append(f"   traffic-policy input {ACK_POLICY}")
+        if lossless:
+            lines += ["   priority-flow-control on"] + [f"   priority-flow-control priority {cls.queue} no-drop"
+                                                         for cls in lossless]
     return lines
+
+
+def verify_commands(profile: QosProfile) -> tuple[str, ...]:
+    return tuple(f"show interfaces {port} counters queue" for port in profile.ports or DEFAULT_PORTS)
 
 
 def ack_policy(queue: int) -> list[str]:
@@ -99,4 +125,7 @@ def render(profile: QosProfile) -> Rendering:
     lines = commands(profile)
     notes = profile.notes + (() if profile.ports else
                              (f"no ports given: rendered for {', '.join(DEFAULT_PORTS)} (use --ports)",))
-    return Rendering("eos", profile, "\n".join(comments(profile) + lines) + "\n", None, notes, tuple(lines))
+    verify = verify_commands(profile)
+    tail = ["! geryon: per-queue counters:"] + [f"!   {command}" for command in verify]
+    return Rendering("eos", profile, "\n".join(comments(profile) + lines + tail) + "\n", None, notes, tuple(lines),
+                     verify)

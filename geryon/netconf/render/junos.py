@@ -20,21 +20,45 @@ tables of the Junos firewall filter guide (`tcp-flags` bit names and operators):
   keep their DSCP class), said as a warning. Not run on a device; `packet-length` in filters differs by
   platform (check the QFX/EX match-condition tables).
 
+Safe on a production fabric (Junos "Traffic Management User Guide for QFX Series": "Defining CoS
+Forwarding Classes", "Understanding Default CoS Settings", "Defining CoS Queue Scheduling Priority",
+"dscp-ipv6"):
+  - Network control: queue 7 is the default `network-control` forwarding class. CS6 and CS7 (110000,
+    111000) are classified into it and GERYON-MAP gives it a scheduler (`transmit-rate percent`
+    CONTROL_SHARE_PERCENT), so a class on queue 7 moves to 6 (refused if 6 is taken). QFX5xxx takes one
+    strict-high queue, so control cannot sit above a strict class; the guide "recommend[s] that you always
+    apply a shaping rate to strict-high priority queues to prevent them from starving other queues", so
+    the strict class gets `shaping-rate percent` STRICT_GUARD_PERCENT, and the weighted classes'
+    transmit rates sum to 100 less the control share.
+  - Lossless: the default `fcoe` (queue 3) and `no-loss` (queue 4) forwarding classes are lossless; a
+    lossy class there is refused. A `lossless = true` class becomes a forwarding class with `no-loss`
+    (`queue-num N no-loss`, up to six lossless classes); the port's PFC (congestion-notification-profile)
+    is the fabric's and is not rendered.
+  - IPv4 and IPv6: `classifiers dscp` classifies IPv4; a `classifiers dscp-ipv6` with the same code
+    points is rendered and bound on unit 0 too. (ACX routers refuse both on one interface: there a DSCP
+    classifier alone classifies both families; drop the dscp-ipv6 lines.)
+  - Only statements geryon owns are set (its forwarding classes, classifiers, schedulers, scheduler map,
+    the listed interfaces); nothing is deleted. `commit confirmed` / `rollback 1` undo exactly that commit.
+  - Verification: `show interfaces queue <port>` (per queue: queued and transmitted packets/bytes,
+    tail-dropped packets), listed at the end as comments and in `verify`; its `| display json` form is
+    not parsed: no documented sample was at hand.
+
 Hazards:
   - Only one queue may be `strict-high` (a second strict-high scheduler is rejected, or starves the
     first on some platforms): a profile with more than one strict class is refused.
-  - On QFX queue 7 belongs to the default `network-control` forwarding class, so a class on queue 7
-    moves to 6 (on every platform, so one rendering fits all); if 6 is taken the profile is refused.
   - Code points are 6-bit binary strings (EF = 101110); every DSCP is classified, the unlisted ones
     into the default class, so nothing falls back to the platform's default classifier.
   - transmit-rate percentages of the weighted schedulers sum to 100.
 """
 
-from geryon.netconf.profile import ACK_APPROX, ACK_MAX_LEN, QosProfile, TargetLimits, percentages
-from geryon.netconf.render import Rendering
+from geryon.netconf.qos_profile import (ACK_APPROX, ACK_MAX_LEN, CONTROL_SHARE_PERCENT, PLATFORM_LOSSLESS_QUEUES,
+                                    STRICT_GUARD_PERCENT, QosProfile, TargetLimits, percentages)
+from geryon.netconf.render import Rendering, by_queue, dscp_queues
 
-LIMITS = TargetLimits("junos", max_strict=1, reserved_queues=(7,), percent_weights=True,
-                      reserved_why="queue 7 is the network-control forwarding class on QFX",
+LIMITS = TargetLimits("junos", max_strict=1, percent_weights=True, control_queue=7,
+                      control_why="queue 7 is the network-control forwarding class (CS6/CS7) on QFX",
+                      lossless_queues=PLATFORM_LOSSLESS_QUEUES,
+                      lossless_why="the default fcoe (queue 3) and no-loss (queue 4) forwarding classes",
                       ack_match=ACK_APPROX,
                       ack_why="the firewall filter matches exactly the AckFilterOp fields, but for IPv4 only "
                               "(family inet); IPv6 pure ACKs keep their DSCP class")
@@ -43,7 +67,9 @@ ACK_FLAGS = '"ack & !syn & !fin & !rst & !push & !urgent"'
 
 DEFAULT_PORTS = ("xe-0/0/0",)
 CLASSIFIER = "GERYON-DSCP"
+CLASSIFIER6 = "GERYON-DSCP6"
 SCHEDULER_MAP = "GERYON-MAP"
+CONTROL_CLASS = "network-control"  # the QFX default forwarding class of queue 7
 
 
 def forwarding_class(cls) -> str:
@@ -52,31 +78,56 @@ def forwarding_class(cls) -> str:
 
 def commands(profile: QosProfile) -> list[str]:
     cos = "set class-of-service"
-    lines = [f"{cos} forwarding-classes class {forwarding_class(c)} queue-num {c.queue}" for c in profile.classes]
-    by_class: dict[str, list[int]] = {cls.name: [] for cls in profile.classes}
-    for dscp, cls in sorted(profile.dscp_map().items()):
-        by_class[cls.name].append(dscp)
-    for cls in profile.classes:
-        if by_class[cls.name]:
-            points = " ".join(f"{d:06b}" for d in by_class[cls.name])
-            lines.append(f"{cos} classifiers dscp {CLASSIFIER} forwarding-class {forwarding_class(cls)} "
-                         f"loss-priority low code-points [ {points} ]")
-    shares = dict(zip((c.name for c in profile.weighted), percentages([c.weight for c in profile.weighted])))
+    lines = [f"{cos} forwarding-classes class {forwarding_class(c)} queue-num {c.queue}"
+             + (" no-loss" if c.lossless else "") for c in profile.classes]
+    queues = by_queue(dscp_queues(profile, LIMITS.control_queue))
+    names = [(forwarding_class(cls), cls.queue) for cls in profile.classes] + [(CONTROL_CLASS, LIMITS.control_queue)]
+    for kind, classifier in (("dscp", CLASSIFIER), ("dscp-ipv6", CLASSIFIER6)):
+        for name, queue in names:
+            if queues.get(queue):
+                points = " ".join(f"{d:06b}" for d in queues[queue])
+                lines.append(f"{cos} classifiers {kind} {classifier} forwarding-class {name} "
+                             f"loss-priority low code-points [ {points} ]")
+    weighted = [c.weight for c in profile.weighted]
+    shares = dict(zip((c.name for c in profile.weighted), _rescale(percentages(weighted), 100 - CONTROL_SHARE_PERCENT)
+                      if weighted else []))
     for cls in profile.classes:
         scheduler = f"{forwarding_class(cls)}-sched"
         if cls.strict:
-            lines.append(f"{cos} schedulers {scheduler} priority strict-high")
+            lines += [f"{cos} schedulers {scheduler} priority strict-high",
+                      f"{cos} schedulers {scheduler} shaping-rate percent {STRICT_GUARD_PERCENT}"]
         else:
             lines += [f"{cos} schedulers {scheduler} transmit-rate percent {shares[cls.name]}",
                       f"{cos} schedulers {scheduler} priority low"]
         lines.append(f"{cos} scheduler-maps {SCHEDULER_MAP} forwarding-class {forwarding_class(cls)} "
                      f"scheduler {scheduler}")
+    control = "geryon-control-sched"
+    lines += [f"{cos} schedulers {control} transmit-rate percent {CONTROL_SHARE_PERCENT}",
+              f"{cos} schedulers {control} priority low",
+              f"{cos} scheduler-maps {SCHEDULER_MAP} forwarding-class {CONTROL_CLASS} scheduler {control}"]
     for port in profile.ports or DEFAULT_PORTS:
         lines += [f"{cos} interfaces {port} scheduler-map {SCHEDULER_MAP}",
-                  f"{cos} interfaces {port} unit 0 classifiers dscp {CLASSIFIER}"]
+                  f"{cos} interfaces {port} unit 0 classifiers dscp {CLASSIFIER}",
+                  f"{cos} interfaces {port} unit 0 classifiers dscp-ipv6 {CLASSIFIER6}"]
     if profile.ack_priority != "off":
         lines += ack_filter(profile)
     return lines
+
+
+def _rescale(shares: list[int], budget: int) -> list[int]:
+    """Whole percentages summing to 100 rescaled to sum to `budget`, each at least 1 (largest remainder)."""
+    exact = [s * budget / 100 for s in shares]
+    out = [max(1, int(x)) for x in exact]
+    order = sorted(range(len(out)), key=lambda k: exact[k] - int(exact[k]), reverse=True)
+    for i in order[:max(0, budget - sum(out))]:
+        out[i] += 1
+    while sum(out) > budget:
+        out[out.index(max(out))] -= 1
+    return out
+
+
+def verify_commands(profile: QosProfile) -> tuple[str, ...]:
+    return tuple(f"show interfaces queue {port}" for port in profile.ports or DEFAULT_PORTS)
 
 
 def ack_filter(profile: QosProfile) -> list[str]:
@@ -102,4 +153,7 @@ def render(profile: QosProfile) -> Rendering:
     lines = commands(profile)
     notes = profile.notes + (() if profile.ports else
                              (f"no ports given: rendered for {', '.join(DEFAULT_PORTS)} (use --ports)",))
-    return Rendering("junos", profile, "\n".join(comments(profile) + lines) + "\n", None, notes, tuple(lines))
+    verify = verify_commands(profile)
+    tail = ["# geryon: per-queue counters:"] + [f"#   {command}" for command in verify]
+    return Rendering("junos", profile, "\n".join(comments(profile) + lines + tail) + "\n", None, notes,
+                     tuple(lines), verify)

@@ -13,6 +13,13 @@ exactly ACK, IPv4 total length < 128 / IPv6 payload < 64), at prefs 1-2 ahead of
 to the top class ("top") or to `1:f` ("own": HTB prio 0 above every class, ACK_SHARE of the rate
 guaranteed and taken from the top class, ceil the link rate, as `geryon.netconf.plan` builds it).
 
+On a host (and a Linux-based switch): IPv4 and IPv6 are classified alike (`match ip dsfield` and `match ip6
+priority`); no queue is reserved for network control, because HTB guarantees every class its rate, so a
+saturated top class cannot take the default class's (where CS6/CS7 land unless a class lists them) —
+FRR on a Linux switch keeps that floor; `lossless = true` changes nothing here: PFC is the NIC's (e.g.
+its DCB settings), not tc's. Verification: `tc -s class show dev <port>` (bytes, packets and drops per
+class; `geryon cluster check` reads it).
+
 Hazards:
   - HTB needs a rate: with none in the profile, 10 gbit is used, which never binds on a veth or 10G NIC.
   - GSO/TSO super-packets (up to 64 KB) are queued as one: at low rates a high packet can wait behind one
@@ -26,7 +33,7 @@ from geryon.netconf.plan import (HTB_QUANTUM, LOW_SHARE, MIN_CLASS_RATE, PARENT_
                                  UNSHAPED_RATE, ClassOp, FilterOp, QdiscOp, QueuePlan, ack_class_ops, ack_filter_ops,
                                  format_tc_rate, htb_class_params)
 from geryon.errors import TargetLimitError
-from geryon.netconf.profile import QosProfile, TargetLimits
+from geryon.netconf.qos_profile import QosProfile, TargetLimits
 from geryon.netconf.render import Rendering
 
 LIMITS = TargetLimits("linux", max_strict=8)
@@ -97,4 +104,7 @@ def render(profile: QosProfile) -> Rendering:
     commands = tuple(line for line in lines if not line.startswith("#"))
     notes = profile.notes + (() if profile.ports else
                              (f"no ports given: rendered for {', '.join(DEFAULT_PORTS)} (use --ports)",))
-    return Rendering("linux", profile, "\n".join(lines) + "\n", None, notes, commands)
+    verify = tuple(f"tc -s class show dev {dev}" for dev in profile.ports or DEFAULT_PORTS)
+    if any(cls.lossless for cls in profile.classes):
+        notes += ("lossless classes: tc has no PFC; set PFC for their priority on the NIC (DCB)",)
+    return Rendering("linux", profile, "\n".join(lines) + "\n", None, notes, commands, verify)

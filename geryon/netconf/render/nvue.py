@@ -11,6 +11,22 @@ https://docs.nvidia.com/networking-ethernet-software/nvue-reference/Set-and-Unse
 `nv set acl <acl-id> rule <rule-id> match ip ...`) match the IP protocol and TCP flags but list no packet
 length, and a flags-only match would also take every bulk data segment sent without PSH.
 
+Safe on a production fabric:
+  - Network control: geryon maps CS6 and CS7 (48, 56) to switch priority and traffic class 7, strict,
+    above every class (a class on queue 7 moves to 6); no shaper is rendered. Not checked against the
+    guide: the default DSCP map it replaces for 48/56, which traffic class the switch's own control
+    traffic uses (older releases reserved internal CoS 3 for CPU-generated traffic), that among strict
+    traffic classes the higher one is served first, and whether a shaper is recommended on strict ones.
+  - Lossless: no traffic class is lossless by default (RoCE mode, `nv set qos roce`, is off), so none is
+    reserved; lossless classes are refused, because `nv set qos roce` rewrites the switch-wide buffer,
+    PFC and ECN profiles (User Guide, "RDMA over Converged Ethernet"), which geryon does not own.
+  - Only the default-global mapping, egress-queue-mapping and egress-scheduler entries geryon sets are
+    touched; no `nv unset` is issued; `nv config apply <revision>` returns to the revision before.
+  - `trust l3` classifies by the DSCP of IPv4 and IPv6 packets alike (not checked against the guide).
+  - Verification: `nv show interface <port> counters qos egress-queue-stats -o json` (per traffic class:
+    transmitted packets/bytes, drops), listed at the end as comments and in `verify`; not parsed: no
+    documented sample of its JSON was at hand.
+
 Hazards:
   - The default egress scheduler gives every traffic class 0-7 DWRR with bw-percent 12 or 13
     ("12,13,12,13,..."): classes left untouched keep that share and the DWRR sum would exceed 100. So
@@ -22,10 +38,14 @@ Hazards:
 """
 
 from geryon.errors import TargetLimitError
-from geryon.netconf.profile import QosProfile, TargetLimits, percentages
-from geryon.netconf.render import Rendering
+from geryon.netconf.qos_profile import QosProfile, TargetLimits, percentages
+from geryon.netconf.render import Rendering, dscp_queues
 
-LIMITS = TargetLimits("nvue", max_strict=8, percent_weights=True, ack_match=None,
+LIMITS = TargetLimits("nvue", max_strict=8, percent_weights=True, ack_match=None, control_queue=7,
+                      control_why="traffic class 7 carries network control (CS6/CS7), strict above every class",
+                      lossless_refused="lossless RoCE on Cumulus Linux is `nv set qos roce`, which rewrites the "
+                                       "switch-wide buffer, PFC and ECN profiles; enable it by hand and render the "
+                                       "class lossy",
                       ack_why="NVUE ACL rules match TCP flags but have no packet-length match, so they would also "
                               "move every bulk data segment sent without PSH into the ACK queue")
 NUM_TCS = 8
@@ -33,7 +53,7 @@ NUM_TCS = 8
 
 def dwrr_percentages(profile: QosProfile) -> dict[int, int]:
     """bw-percent per DWRR traffic class: ours by weight, unused classes 1 each; sums to 100."""
-    used = {cls.queue for cls in profile.classes}
+    used = {cls.queue for cls in profile.classes} | {LIMITS.control_queue}
     unused = [tc for tc in range(NUM_TCS) if tc not in used]
     weighted = profile.weighted
     if not weighted:
@@ -64,12 +84,11 @@ def _rescale(shares: list[int], budget: int) -> list[int]:
 
 def commands(profile: QosProfile) -> list[str]:
     lines = ["nv set qos mapping default-global trust l3"]
-    for dscp, cls in sorted(profile.dscp_map().items()):
-        lines.append(f"nv set qos mapping default-global dscp {dscp} switch-priority {cls.queue}")
-    for cls in sorted(profile.classes, key=lambda c: -c.queue):
-        lines.append(f"nv set qos egress-queue-mapping default-global switch-priority {cls.queue} "
-                     f"traffic-class {cls.queue}")
-    strict = {cls.queue for cls in profile.strict_classes}
+    for dscp, queue in sorted(dscp_queues(profile, LIMITS.control_queue).items()):
+        lines.append(f"nv set qos mapping default-global dscp {dscp} switch-priority {queue}")
+    for queue in sorted({cls.queue for cls in profile.classes} | {LIMITS.control_queue}, reverse=True):
+        lines.append(f"nv set qos egress-queue-mapping default-global switch-priority {queue} traffic-class {queue}")
+    strict = {cls.queue for cls in profile.strict_classes} | {LIMITS.control_queue}
     shares = dwrr_percentages(profile)
     for tc in range(NUM_TCS - 1, -1, -1):
         base = f"nv set qos egress-scheduler default-global traffic-class {tc}"
@@ -80,8 +99,15 @@ def commands(profile: QosProfile) -> list[str]:
     return lines
 
 
+def verify_commands(profile: QosProfile) -> tuple[str, ...]:
+    return tuple(f"nv show interface {port} counters qos egress-queue-stats -o json"
+                 for port in profile.ports or ("swp1",))
+
+
 def render(profile: QosProfile) -> Rendering:
     lines = commands(profile)
     notes = profile.notes + ("default-global profiles apply to every port; --ports is not used",) \
         if profile.ports else profile.notes
-    return Rendering("nvue", profile, "\n".join(lines) + "\n", None, notes, tuple(lines))
+    verify = verify_commands(profile)
+    tail = ["# geryon: per-queue counters:"] + [f"#   {command}" for command in verify]
+    return Rendering("nvue", profile, "\n".join(lines + tail) + "\n", None, notes, tuple(lines), verify)

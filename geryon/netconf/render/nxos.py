@@ -20,19 +20,42 @@ https://netascode.cisco.com/docs/data_models/nxos/device/ip_access_list (TCP fla
   "top" only: one strict queue (`priority level 1`) is rendered, so "own" is refused. Approximate: `ack`
   checks that ACK is set, not that the other flags are clear; IPv4 only. Not run on a device.
 
+Safe on a production fabric:
+  - Network control: CS6 and CS7 (48, 56) are classified by class-map GERYON-control into qos-group 7,
+    served `priority level 1`; a strict class moves from queue 7 to 6 and is served `priority level 2`
+    (multi-level priority, "Configuring Queuing and Scheduling": `priority level 1..N` on the Cloud Scale
+    platforms), so a saturated strict class cannot starve routing protocols. Not checked against the guide:
+    the number of priority levels of a given Nexus model, and whether the switch's own control traffic
+    also uses q7; no shaper is rendered on priority queues (the guide names none for this case).
+  - Lossless: the Nexus 9000 default network-qos policy is all drop (no queue lossless by default, none
+    reserved). Lossless classes are refused: PFC needs a system-wide `policy-map type network-qos` with
+    `pause pfc-cos`, which replaces the switch's whole network-qos policy, not something geryon owns.
+  - Only lines geryon owns: its ACL, class-maps and policy-maps (named GERYON-*), the `system qos`
+    queuing binding and the listed interfaces; no `no`/`default` line is issued. The checkpoint rollback
+    (`rollback running-config checkpoint`) returns to the saved running config.
+  - `match dscp` in a `class-map type qos` matches the DSCP of IPv4 and IPv6 packets alike (not checked
+    against the guide).
+  - Verification: `show queuing interface <port>` (per qos-group: transmitted packets/bytes, tail and
+    WRED drops), listed at the end as comments and in `verify`; its `| json` form is not parsed: no
+    documented sample was at hand.
+
 Hazards:
   - `bandwidth remaining percent` over the non-priority classes of a queuing policy must sum to 100:
     weights are turned into whole percentages by largest remainder, and a weight below 1% is refused.
-  - One strict queue (`priority level 1`) is rendered: multi-level priority is platform-specific.
+  - One strict class is rendered (`priority level 2`, below network control's level 1).
   - qos-group 0 is `c-out-8q-q-default`, the queue of everything unclassified, so the default class must
     be weighted (a strict catch-all would starve the other weighted classes).
   - The classification policy is per ingress port; the queuing policy is system-wide.
 """
 
-from geryon.netconf.profile import ACK_APPROX, ACK_MAX_LEN, QosProfile, TargetLimits, percentages
+from geryon.netconf.qos_profile import ACK_APPROX, ACK_MAX_LEN, CONTROL_DSCPS, QosProfile, TargetLimits, percentages
 from geryon.netconf.render import Rendering
 
-LIMITS = TargetLimits("nxos", max_strict=1, percent_weights=True, needs_weighted_default=True,
+LIMITS = TargetLimits("nxos", max_strict=1, percent_weights=True, needs_weighted_default=True, control_queue=7,
+                      control_why="qos-group 7 carries network control (CS6/CS7), priority level 1 above every "
+                                  "class",
+                      lossless_refused="PFC on NX-OS needs a system-wide network-qos policy (pause pfc-cos) that "
+                                       "replaces the switch's own; configure it by hand and render the class lossy",
                       ack_match=ACK_APPROX,
                       ack_why=f"the ACL matches 'ack' (ACK set, other flags not checked) and packet-length lt "
                               f"{ACK_MAX_LEN}, IPv4 only")
@@ -41,6 +64,7 @@ ACK_CLASS = "GERYON-PURE-ACK"
 DEFAULT_PORTS = ("Ethernet1/1",)
 QOS_POLICY = "GERYON-IN"
 QUEUING_POLICY = "GERYON-OUT"
+CONTROL_CLASS = "GERYON-control"
 
 
 def queuing_class(queue: int) -> str:
@@ -52,11 +76,13 @@ def commands(profile: QosProfile) -> list[str]:
     ack = profile.ack_priority != "off"
     lines = [f"ip access-list {ACK_ACL}", f"  10 permit tcp any any ack packet-length lt {ACK_MAX_LEN}",
              f"class-map type qos match-any {ACK_CLASS}", f"  match access-group name {ACK_ACL}"] if ack else []
+    lines += [f"class-map type qos match-any {CONTROL_CLASS}", f"  match dscp {','.join(map(str, CONTROL_DSCPS))}"]
     for cls in profile.classes:
         if by_class[cls.name] and cls.name != profile.default_class:
             lines += [f"class-map type qos match-any GERYON-{cls.name}",
                       f"  match dscp {','.join(map(str, sorted(by_class[cls.name])))}"]
     lines.append(f"policy-map type qos {QOS_POLICY}")
+    lines += [f"  class {CONTROL_CLASS}", f"    set qos-group {LIMITS.control_queue}"]
     if ack:  # first: a pure ACK of any DSCP goes to the top class's queue
         lines += [f"  class {ACK_CLASS}", f"    set qos-group {profile.ack_queue}"]
     for cls in profile.classes:
@@ -69,8 +95,12 @@ def commands(profile: QosProfile) -> list[str]:
     lines.append(f"policy-map type queuing {QUEUING_POLICY}")
     for queue in range(7, -1, -1):
         lines.append(f"  class type queuing {queuing_class(queue)}")
-        lines.append("    priority level 1" if queue in strict
-                     else f"    bandwidth remaining percent {shares.get(queue, 0)}")
+        if queue == LIMITS.control_queue:
+            lines.append("    priority level 1")
+        elif queue in strict:
+            lines.append("    priority level 2")
+        else:
+            lines.append(f"    bandwidth remaining percent {shares.get(queue, 0)}")
     lines += ["system qos", f"  service-policy type queuing output {QUEUING_POLICY}"]
     for port in profile.ports or DEFAULT_PORTS:
         lines += [f"interface {port}", f"  service-policy type qos input {QOS_POLICY}"]
@@ -84,4 +114,10 @@ def render(profile: QosProfile) -> Rendering:
     head = [] if profile.ack_priority == "off" else [
         f"! geryon: pure ACKs -> qos-group {profile.ack_queue} (class {profile.classes[0].name!r}) via {ACK_CLASS}",
         f"! APPROXIMATE match: {LIMITS.ack_why}; small SYN-ACK/FIN/PSH segments match too"]
-    return Rendering("nxos", profile, "\n".join(head + lines) + "\n", None, notes, tuple(lines))
+    verify = verify_commands(profile)
+    tail = ["! geryon: per-queue counters:"] + [f"!   {command}" for command in verify]
+    return Rendering("nxos", profile, "\n".join(head + lines + tail) + "\n", None, notes, tuple(lines), verify)
+
+
+def verify_commands(profile: QosProfile) -> tuple[str, ...]:
+    return tuple(f"show queuing interface {port}" for port in profile.ports or DEFAULT_PORTS)

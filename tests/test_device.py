@@ -1,0 +1,68 @@
+"""The rank's device (geryon.runtime.device): the CPU where no GPU is visible, the rank's GPU by
+LOCAL_RANK where one is; the examples' --device, and its clear refusal of cuda without a GPU."""
+
+import subprocess
+
+import pytest
+import torch
+
+from geryon.errors import ConfigError
+from geryon.runtime.device import rank_device, select_device
+from geryon.runtime.env import RankEnv
+from launch_support import EXAMPLE, PYTHON, REPO, clean_env
+
+NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a CUDA GPU")
+RESNET = REPO / "examples" / "train_resnet.py"
+
+
+@NO_GPU
+def test_without_a_gpu_every_rank_is_on_the_cpu():
+    assert RankEnv.from_environ({}).device == torch.device("cpu")
+    assert RankEnv.from_environ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3",
+                                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}).device == torch.device("cpu")
+    assert select_device("auto", 1) == torch.device("cpu") and select_device("cpu", 1) == torch.device("cpu")
+
+
+def test_init_gives_a_single_process_its_device():
+    import geryon
+
+    ctx = geryon.init()
+    assert ctx.device == rank_device(0)
+    if ctx.device.type == "cuda":
+        assert torch.cuda.current_device() == ctx.device.index
+
+
+@NO_GPU
+def test_device_cuda_without_a_gpu_says_what_to_do():
+    with pytest.raises(ConfigError, match="sees no CUDA GPU.*--device cpu"):
+        select_device("cuda")
+    with pytest.raises(ConfigError, match="--device 'tpu'"):
+        select_device("tpu")
+
+
+@NO_GPU
+@pytest.mark.parametrize("script", [EXAMPLE, RESNET], ids=["train_cnn", "train_resnet"])
+def test_an_example_with_device_cuda_and_no_gpu_exits_with_that_message(script):
+    result = subprocess.run([PYTHON, str(script), "--device", "cuda"], capture_output=True, text=True,
+                            timeout=120, env=clean_env(), cwd=REPO)
+    assert result.returncode != 0
+    assert "--device cuda: this process sees no CUDA GPU" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.cuda
+def test_local_ranks_share_the_visible_gpus_in_turn():
+    count = torch.cuda.device_count()
+    assert [rank_device(r).index for r in range(2 * count)] == list(range(count)) * 2
+    assert select_device("cuda", 1) == torch.device("cuda", 1 % count)
+
+
+def test_ps_mode_refuses_parameters_off_the_cpu_before_training():
+    """A model on a device (here the meta device, which any machine has) is refused in --mode ps by
+    distribute(), naming the parameter and what works instead."""
+    import geryon
+
+    model = torch.nn.Linear(2, 2, device="meta")
+    job = RankEnv.from_environ({"GERYON_MODE": "ps"})
+    with pytest.raises(ConfigError, match="--mode ps trains CPU parameters only: weight is on meta.*--mode allreduce"):
+        geryon.distribute(model, torch.optim.SGD(model.parameters(), lr=0.1), job=job)
