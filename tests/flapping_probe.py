@@ -3,7 +3,7 @@
     sudo .venv/bin/python tests/flapping_probe.py OUT_DIR [--seed N] [--timeout S] [--stall S]
 
 Runs the PS job of tests/test_faults_emulated.py (emulated cluster, 1 Gbit/s, 2 workers, 1 server,
-1000 iterations) under the same faults (switch ports of h1-h3 down 1-5 s, up 1-2 s; worker 1 paused
+1000 iterations) under the same faults (switch ports of h1-h3 down 1-5 s, up 2-3 s; worker 1 paused
 3 s once) without the calm run before it. When worker 0 prints no iteration for --stall seconds it writes
 OUT_DIR/stall.txt: every host's TCP connections (`ss -tinoem`: retransmission timeout, backoff, queues),
 links and neighbours, and every rank's thread stacks with their locals (py-spy, from the venv), while the
@@ -107,7 +107,7 @@ def flap(job: str, worker1, rng: random.Random, stop: threading.Event, event) ->
             stop.wait(3.0)
             os.kill(int(worker1[0]), signal.SIGCONT)
             event("worker 1 resumed")
-        stop.wait(rng.uniform(1.0, 2.0))
+        stop.wait(rng.uniform(2.0, 3.0))
 
 
 def _port(job: str, host: str, state: str) -> bool:
