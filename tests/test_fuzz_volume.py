@@ -187,10 +187,10 @@ TERMINATOR = b"FUZZ" + bytes(HEADER.size - 4)      # a bad magic: the server clo
 def joined_fuzz_frame(rng: random.Random, server) -> bytes | None:
     """A generated frame made whole, so that the server rejects it (and closes) or reads it to the end.
 
-    A joined worker's connection that stalls mid-frame or closes without BYE counts as that worker dying
-    (the job ends: a crash looks the same), so every frame is completed -- a short header padded, a valid
-    header given its whole payload -- and followed by TERMINATOR. ABORT and BYE are the protocol's own
-    ways for a member to end the job or leave, not fuzz: None (skipped).
+    A spare connection that stalls mid-frame costs only itself, but only after the server's timeout; so
+    that the fuzzer goes on at once, every frame is completed -- a short header padded, a valid header
+    given its whole payload -- and followed by TERMINATOR, which the server cuts at once. ABORT and BYE
+    are the protocol's own ways for a member to end the job or leave, not fuzz: None (skipped).
     """
     frame = generated_frame(rng)
     frame += rng.randbytes(max(0, HEADER.size - len(frame)))

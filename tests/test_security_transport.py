@@ -350,3 +350,93 @@ def test_a_cut_extra_connection_does_not_drop_the_workers_pending_pull():
         assert torch.equal(local[0], torch.full((8,), -1.0))
     finally:
         server.close()
+
+
+STALL_TIMEOUT = 1.5    # the server's transport timeout in the test below: short, to time the cuts
+
+
+def _spare(port: int, worker_id: int, class_index: int = 2) -> socket.socket:
+    """An authenticated connection under `worker_id` on a class the server has and the workers skip."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    dial_handshake(sock, "server", secret=SECRET.encode(), job_id=0, my_id=worker_id,
+                   class_index=class_index)
+    return sock
+
+
+def _seconds_until_cut(sock: socket.socket, sent: float) -> float:
+    """How long after `sent` the server closed `sock` (it sends nothing on a spare connection)."""
+    assert sock.recv(100) == b""
+    return time.monotonic() - sent
+
+
+def test_bad_spare_connections_cost_only_themselves_and_stalls_are_cut_on_time():
+    """Both workers joined and train, every step checked exactly, under a live serve_job. A peer that
+    authenticates as each joined worker on a spare class connection sends a malformed frame there, then
+    stops in the middle of a header, of a continuation header and of a PLAN frame's payload (8 of its 32
+    bytes). Each connection is cut -- a stall within 1.2 x the server's timeout of its last byte -- and
+    nothing else: the workers go on training exactly and serve_job ends normally when they leave."""
+    workers_config = TransportConfig(secret=SECRET, timeout=10, policy="geryon")
+    config = TransportConfig(secret=SECRET, timeout=STALL_TIMEOUT, policy="geryon",
+                             class_dscp=(46, 10, 0, 0, 0))    # classes 2-4: spare, one per kind of stall
+    params = [torch.zeros(16), torch.zeros(1000)]
+    server = ParameterServer(0, 1, 2, params, config, ("127.0.0.1", 0), lr=0.5)
+    served, outcome = threading.Thread(target=lambda: outcome.append(server.serve_job()), daemon=True), []
+    address = ("127.0.0.1", server.port)
+    workers = [PSWorker(i, 2, [address], [p.clone() for p in params], workers_config) for i in range(2)]
+    reference = [p.clone() for p in params]
+    steps = [0]
+
+    def step() -> None:
+        grad = 1.0 + steps[0] % 7
+        for worker in workers:
+            worker.push([torch.full((16,), grad), torch.full((1000,), grad)])
+        for worker in workers:
+            worker.iteration += 1
+            worker.pull(worker.iteration)
+        for worker in workers:
+            worker.wait_all()
+        for ref in reference:
+            ref.add_(torch.full_like(ref, grad), alpha=-0.5)
+        for worker in workers:
+            assert all(torch.equal(p, r) for p, r in zip(worker.params, reference)), steps[0]
+        steps[0] += 1
+
+    plan = encode_control(Kind.PLAN, bytes(32), job_id=0)
+    stalls = {"header": plan[:20], "continuation header": b"G+\0", "payload": plan[:44 + 8]}
+    spare_class = {where: 2 + n for n, where in enumerate(stalls)}
+    try:
+        served.start()
+        step()
+        for worker_id in (0, 1):                      # a malformed frame under each joined worker's id
+            with _spare(server.port, worker_id) as sock:
+                sent = time.monotonic()
+                sock.sendall(b"\xee" * 44)
+                assert _seconds_until_cut(sock, sent) < 1.0
+        step()
+        cuts = {}
+
+        def stall(worker_id: int, where: str) -> None:
+            with _spare(server.port, worker_id, spare_class[where]) as sock:
+                sock.sendall(stalls[where])
+                cuts[worker_id, where] = _seconds_until_cut(sock, time.monotonic())
+
+        stallers = [threading.Thread(target=stall, args=(w, where), daemon=True)
+                    for w in (0, 1) for where in stalls]
+        for thread in stallers:
+            thread.start()
+        while any(thread.is_alive() for thread in stallers):
+            step()                                    # training goes on beside the stalled connections
+        assert len(cuts) == 6, cuts
+        for (worker_id, where), seconds in cuts.items():
+            assert 0.9 * STALL_TIMEOUT <= seconds <= 1.2 * STALL_TIMEOUT, (worker_id, where, seconds)
+        for _ in range(3):
+            step()
+        assert served.is_alive() and server.failure is None and not server.workers_gone()
+        for worker in workers:
+            worker.close()
+        served.join(10)
+        assert outcome == [None] and not server.pool.lost()   # every worker left; none was lost
+    finally:
+        for worker in workers:
+            worker.close()
+        server.close()

@@ -1,12 +1,17 @@
 """FlowPool lifecycle and per-class thread scheduling (loopback only)."""
 
+import os
+import socket
+import subprocess
+import sys
 import threading
 
 import pytest
 
 from geryon.errors import ConfigError
-from geryon.transport.config import TransportConfig
-from geryon.transport.flows import FlowPool
+from geryon.transport.config import DEFAULT_RTO_MAX_MS, TransportConfig
+from geryon.transport.flows import TCP_RTO_MAX_MS, FlowPool, cap_retransmission_backoff, tcp_sockets
+from transport_support import free_ports
 
 
 class _NoFrames:
@@ -163,3 +168,77 @@ def test_the_receive_thread_of_a_sending_connection_sleeps_through_its_acks():
         listener.close()
     reader.join(5)
     assert not reader.is_alive(), "closing the pool did not end the receive thread waiting in poll()"
+
+
+def _rto_max_ms(sock) -> int:
+    return sock.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS)
+
+
+def test_cap_retransmission_backoff_caps_the_sockets_opened_since_and_leaks_nothing():
+    """Sockets open before the snapshot (a user's own) keep their setting; those opened after get the cap."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    old = socket.create_connection(listener.getsockname())
+    try:
+        default = _rto_max_ms(old)
+    except OSError:
+        pytest.skip("this kernel has no TCP_RTO_MAX_MS (Linux < 6.15)")
+    before = tcp_sockets()
+    descriptors = len(os.listdir("/proc/self/fd"))
+    new = socket.create_connection(listener.getsockname())
+    accepted, _ = listener.accept()
+    try:
+        assert default != 1000
+        assert cap_retransmission_backoff(1000, skip=before) == 2      # `new` and its accepted end
+        assert (_rto_max_ms(new), _rto_max_ms(accepted)) == (1000, 1000)
+        assert (_rto_max_ms(old), _rto_max_ms(listener)) == (default, default)
+        assert len(os.listdir("/proc/self/fd")) == descriptors + 2    # no duplicate left open
+    finally:
+        for sock in (listener, old, new, accepted):
+            sock.close()
+
+
+_GLOO_RANK = """
+import os, socket, stat
+import geryon, torch.distributed as dist
+geryon.init()
+store = int(os.environ["MASTER_PORT"])
+settings = set()
+for name in os.listdir("/proc/self/fd"):                 # gloo's pairs: every TCP connection but the store's
+    try:
+        if not stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+            continue
+        sock = socket.socket(fileno=os.dup(int(name)))
+    except OSError:
+        continue
+    with sock:
+        try:
+            ports = (sock.getsockname()[1], sock.getpeername()[1])
+        except OSError:
+            continue                                     # a listener
+        if sock.type == socket.SOCK_STREAM and store not in ports:
+            settings.add(sock.getsockopt(socket.IPPROTO_TCP, 44))
+print(sorted(settings))
+dist.destroy_process_group()
+"""
+
+
+def test_init_caps_the_retransmission_backoff_of_gloo_connections():
+    """geryon.init() under plain torchrun variables: gloo's connections between the ranks resume within
+    1 s after an outage, like geryon's flows (the emulated flapping test once stalled on one backed off
+    to 6.6 s)."""
+    probe = socket.socket()
+    try:
+        probe.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS)
+    except OSError:
+        pytest.skip("this kernel has no TCP_RTO_MAX_MS (Linux < 6.15)")
+    finally:
+        probe.close()
+    port = free_ports(1)[0]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GERYON_")}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
+    ranks = [subprocess.Popen([sys.executable, "-c", _GLOO_RANK], env={**env, "RANK": str(r)}, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in (0, 1)]
+    outputs = [rank.communicate(timeout=120) for rank in ranks]
+    for rank, (out, err) in zip(ranks, outputs):
+        assert rank.returncode == 0, err[-2000:]
+        assert out.split("\n")[-2] == f"[{DEFAULT_RTO_MAX_MS}]", out

@@ -80,8 +80,15 @@ def init(backend: str = DEFAULT_BACKEND, timeout: timedelta = timedelta(minutes=
                 init_method = f"tcp://{context.master_addr}:{context.master_port}"
             else:
                 init_method = "env://"
+            from geryon.transport.config import DEFAULT_RTO_MAX_MS
+            from geryon.transport.flows import cap_retransmission_backoff, tcp_sockets
+
+            before = tcp_sockets()
             dist.init_process_group(backend, init_method=init_method, rank=context.rank,
                                     world_size=context.world_size, timeout=timeout)
+            # gloo's connections recover from a link outage as fast as geryon's flows (loss logging,
+            # buffer broadcasts and the gloo fallbacks run on them every iteration)
+            cap_retransmission_backoff(DEFAULT_RTO_MAX_MS, skip=before)
             atexit.register(_leave)
     _context = context
     return context

@@ -16,8 +16,9 @@ A server runs geryon.transport's `ParameterServer`:
      `ps/server/<j>`; workers authenticate with the job secret;
   3. it serves pushes and pulls, per priority class, running the user's torch.optim class on its
      shards (geryon.transport.server_optimizer), until every worker is gone (said goodbye, or
-     lost: then it names the worker), and holds the role until the launcher's SIGTERM (exit 0, or 1
-     when a worker was lost). The transport's closed connection or timeout
+     lost: then it names the worker; gone means its control flow ended, not any one connection
+     under its id: the rule is in geryon.transport.ps_server's docstring), and holds the role until
+     the launcher's SIGTERM (exit 0, or 1 when a worker was lost). The transport's closed connection or timeout
      (RankEnv.transport_timeout) marks a lost worker, so a dead worker never hangs a server.
   4. --priority search: when every worker has left and worker 0 announced class switch n under
      `ps/switch/<n>` (see geryon.runtime.ps_sync), the workers are not gone but switching: the

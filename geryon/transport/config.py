@@ -17,6 +17,9 @@ from geryon.transport.tls import TlsCredentials
 from geryon.transport.trace import TransferEvent
 
 DEFAULT_DSCP = (46, 0)
+# TCP's retransmission backoff cap (TCP_RTO_MAX_MS) for geryon's flows and for the job's gloo connections
+# (geryon.runtime.api.init): a flow resumes within 1 s after a link comes back
+DEFAULT_RTO_MAX_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class TransportConfig:
     notsent_lowat: int | None = 128 * 1024       # TCP_NOTSENT_LOWAT; None leaves it alone
     # TCP_RTO_MAX_MS (Linux >= 6.15; ignored where absent): caps the retransmission backoff, so a flow
     # resumes within this long after a link comes back instead of up to 2x the outage; None = 120 s default
-    rto_max_ms: int | None = 1000
+    rto_max_ms: int | None = DEFAULT_RTO_MAX_MS
     # TCP_RTO_MIN_US (Linux >= 6.15; ignored where absent): the floor of the retransmission timeout. Many
     # flows into one port (PS push/pull) lose whole window tails; with the 200 ms default each such loss
     # stalled a synchronous iteration for 200 ms (docs/transport.md); None = the kernel's

@@ -18,6 +18,14 @@ exc) and peer_left(flow). Owners read the pool's state through its methods (`dep
 A frame that fails validation closes that connection with a logged reason; the pool records the
 failure per peer so that every wait on that peer raises a TransportError naming it.
 
+When is a peer gone (`departed`, `lost`, `has_left`)? By default when any of its connections fails or
+says goodbye: every flow of an allreduce ring carries the collective. With `peer_flow=k` only the end of
+the peer's flow k is the peer's end; the end of any other connection under its id (a malformed frame,
+a stall, a close, a BYE) costs only that connection, and a new connection under its id clears its
+record only on flow k. A parameter server passes 0, a worker's control flow (PLAN, PULL and STEP
+frames), which it dials first: one bad spare connection under a worker's id cannot make the server
+think that worker is gone.
+
 Before authentication nobody is trusted: a listener runs at most MAX_PENDING_HANDSHAKES handshakes at
 once and MAX_PENDING_PER_SOURCE from one address, each with one deadline for the whole exchange; an
 accept() error (out of descriptors or buffers) is retried, never ends the listener. A dialer whose
@@ -34,6 +42,7 @@ import logging
 import os
 import select
 import socket
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -104,6 +113,59 @@ def apply_socket_options(sock: socket.socket, options, rto_max_ms: int | None = 
             sock.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MIN_US, rto_min_us)
         except OSError:
             pass                # kernel before 6.15: a tail loss under incast waits 200 ms, still correct
+
+
+def tcp_sockets() -> set[int]:
+    """Inode numbers of this process's open TCP sockets (for `cap_retransmission_backoff`'s `skip`)."""
+    inodes = set()
+    for inode, sock in _tcp_sockets():
+        sock.close()
+        inodes.add(inode)
+    return inodes
+
+
+def cap_retransmission_backoff(rto_max_ms: int, skip=frozenset()) -> int:
+    """Cap TCP's retransmission backoff (TCP_RTO_MAX_MS) on this process's TCP sockets but those whose
+    inode is in `skip` (sockets that were open before, e.g. the user's own); returns how many it capped.
+
+    For connections geryon does not open itself, torch.distributed's gloo pairs: without the cap each
+    outage of a flapping link doubles their retransmission timeout (200 ms up to 120 s), and one that
+    has backed off to several seconds holds every collective on it that long after the link is back.
+    Best effort: a kernel before 6.15 has no such option and keeps its backoff.
+    """
+    capped = 0
+    for inode, sock in _tcp_sockets():
+        with sock:
+            if inode in skip:
+                continue
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS, rto_max_ms)
+                capped += 1
+            except OSError:
+                pass
+    return capped
+
+
+def _tcp_sockets():
+    """(inode, a duplicate socket object) for each open TCP socket of this process; the caller closes it."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            status = os.fstat(int(name))
+            if not stat.S_ISSOCK(status.st_mode):
+                continue
+            duplicate = os.dup(int(name))              # closing it leaves the owner's socket open
+        except (ValueError, OSError):
+            continue                                   # closed meanwhile (or the listing's own fd)
+        try:
+            sock = socket.socket(fileno=duplicate)
+        except OSError:
+            os.close(duplicate)
+            continue
+        inode = status.st_ino
+        if sock.type == socket.SOCK_STREAM and sock.family in (socket.AF_INET, socket.AF_INET6):
+            yield inode, sock
+        else:
+            sock.close()
 
 
 @dataclass(order=True)
@@ -328,9 +390,10 @@ class FlowPool:
 
     def __init__(self, my_id: int, config: TransportConfig, handler: FlowHandler, *,
                  listen: tuple[str, int] | None = ("0.0.0.0", 0), peer_label: str = "rank",
-                 accept_peers=None):
+                 accept_peers=None, peer_flow: int | None = None):
         self.my_id, self.config, self.handler, self.peer_label = my_id, config, handler, peer_label
         self.accept_peers = accept_peers          # None: any authenticated id; else a set of ids
+        self.peer_flow = peer_flow                # whose end is the peer's end (None: any flow's)
         self.flows: dict[tuple[int, int], Flow] = {}
         self.failures: dict[int, TransportError] = {}
         self.left: set[int] = set()
@@ -352,6 +415,10 @@ class FlowPool:
             self._accept_thread = threading.Thread(target=self._accept_loop, name=f"gy-accept-{my_id}",
                                                    daemon=True)
             self._accept_thread.start()
+
+    def is_peer_flow(self, flow: Flow) -> bool:
+        """Whether `flow`'s end (failure, close, goodbye) is its peer's end (see the module docstring)."""
+        return self.peer_flow is None or flow.index == self.peer_flow
 
     def departed(self) -> set[int]:
         """Peers that said goodbye or failed."""
@@ -546,8 +613,9 @@ class FlowPool:
                 old.close()                     # it said BYE: it will send nothing more there
             flow = Flow(self, sock, peer_id, index, name)
             self.flows[(peer_id, index)] = flow
-            self.failures.pop(peer_id, None)
-            self.left.discard(peer_id)
+            if self.is_peer_flow(flow):
+                self.failures.pop(peer_id, None)
+                self.left.discard(peer_id)
             self.cond.notify_all()
         flow.start()
 
@@ -598,7 +666,7 @@ class FlowPool:
 
     def flow_failed(self, flow: Flow, exc: TransportError) -> None:
         with self.cond:
-            if self.flows.get((flow.peer_id, flow.index)) is flow:
+            if self.flows.get((flow.peer_id, flow.index)) is flow and self.is_peer_flow(flow):
                 self.failures.setdefault(flow.peer_id, exc)
             self.cond.notify_all()
         failed = getattr(self.handler, "flow_failed", None)
@@ -607,7 +675,8 @@ class FlowPool:
 
     def peer_left(self, flow: Flow) -> None:
         with self.cond:
-            self.left.add(flow.peer_id)
+            if self.is_peer_flow(flow):
+                self.left.add(flow.peer_id)
             self.cond.notify_all()
         left = getattr(self.handler, "peer_left", None)
         if left is not None:

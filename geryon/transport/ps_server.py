@@ -1,6 +1,14 @@
 """The parameter server: holds its shards, averages the workers' pushes, runs the optimizer, answers pulls.
 
 The protocol it speaks with the workers is described in geryon.transport.ps_protocol.
+
+When is a worker gone? A worker sends its PLAN, PULL and STEP frames on its control flow (flow 0,
+CONTROL_FLOW), which it dials first. The worker is gone when that connection ends: it said BYE there
+(left), or it closed, broke, stalled mid-frame or sent a malformed frame there (lost). Any other
+connection under a worker's id is that connection only: a malformed frame, a stall or a close there
+cuts it, the worker goes on training, and a PARAM the server cannot send on it is skipped (the worker,
+waiting for it, fails on its own timeout). So an authenticated peer that opens a spare connection
+under a joined worker's id cannot end the job by misbehaving on it.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from geryon.transport.wire import Kind, byte_view, dtype_code, encode_control, e
 log = logging.getLogger(__name__)
 
 ABORT_GRACE = 5.0   # seconds a server waits for the other workers to leave after losing one
+CONTROL_FLOW = 0    # a worker's flow for control frames, whose end is the worker's (module docstring)
 
 
 class ServerShard:
@@ -172,7 +181,7 @@ class ParameterServer(PoolOwner):
         self._failed_at = 0.0
         self.joined: set[int] = set()   # workers that sent the right plan digest (took part)
         self.pool = FlowPool(index, config, self, listen=listen, peer_label="worker",
-                             accept_peers=set(range(workers)))
+                             accept_peers=set(range(workers)), peer_flow=CONTROL_FLOW)
 
     @property
     def port(self) -> int:
@@ -214,10 +223,12 @@ class ParameterServer(PoolOwner):
         return {key: s.param for key, s in self.shards.items()}
 
     def workers_gone(self) -> set[int]:
-        """Workers that took part (sent the right plan digest) and then said goodbye or failed.
+        """Workers that took part (sent the right plan digest) and then said goodbye or failed on
+        their control flow (the module docstring's rule).
 
         A connection under a worker's id that never joined -- a stray client that sent a malformed
-        frame or a BYE -- does not count: it must not make a server think its workers are gone.
+        frame or a BYE -- does not count, nor does a spare connection of a joined worker's id: neither
+        may make a server think its workers are gone.
         """
         with self.pool.cond:
             return self.pool.departed() & self.joined
@@ -258,15 +269,16 @@ class ParameterServer(PoolOwner):
                 state.waiting_pulls.pop(worker, None)
 
     def flow_failed(self, flow, exc: TransportError) -> None:
-        """A worker's connection broke: tell every other worker, so none waits for the timeout.
+        """A worker's control flow broke: tell every other worker, so none waits for the timeout.
 
         Malformed frames (ProtocolError) only cost the sender its connection, and so does any
-        failure of a connection whose worker never joined (sent the plan digest): a stray or
-        hostile client cannot end the job.
+        failure of a connection that is not a worker's control flow or whose worker never joined
+        (sent the plan digest): a stray or hostile client cannot end the job.
         """
         if not self.pool.other_flows_up(flow):   # one of its connections cut: its pulls still stand
             self._forget_pulls(flow.peer_id)
-        if isinstance(exc, ProtocolError) or flow.peer_id not in self.joined or flow.peer_done \
+        if isinstance(exc, ProtocolError) or not self.pool.is_peer_flow(flow) \
+                or flow.peer_id not in self.joined or flow.peer_done \
                 or self.pool.has_left(flow.peer_id) or self.pool.closed:
             return
         reason = exc.reason if isinstance(exc, PeerAborted) else f"worker {flow.peer_id} failed ({exc})"

@@ -2,8 +2,10 @@
 and `FrameReader`, a flow's receive side (full and continuation headers, bytes read ahead carried).
 
 A read of a frame's header may wait indefinitely (an idle peer is normal) only when the caller says
-so; once a frame has started, every read must make progress within the socket timeout, otherwise
-the peer is named in a PeerTimeout. End of stream is a TransportError naming the peer.
+so; once a frame has started, its bytes must keep arriving: a peer silent for the socket timeout in
+the middle of a frame (header, continuation header or payload) is named in a PeerTimeout, cut within
+the timeout of its last byte plus the time to notice. A peer that keeps sending, however slowly, is
+not a stall. End of stream is a TransportError naming the peer.
 
 Two ways to time out. During the handshake, Python's socket timeout (settimeout: a poll() before every
 recv/send). Once a plain TCP flow runs, `use_kernel_timeouts` makes the socket blocking with the
@@ -11,10 +13,15 @@ kernel's SO_RCVTIMEO/SO_SNDTIMEO instead: one syscall per call, and a payload is
 MSG_WAITALL, so a 256 KiB slice is one recv_into (one wake-up of the thread) instead of one per
 arriving burst, and a send blocks in the kernel until the whole slice is queued (docs/transport.md).
 A kernel timeout shows as BlockingIOError (EAGAIN) and is reported exactly like socket.timeout.
+The kernel bounds a whole MSG_WAITALL call by the timeout, progress or not: a call that returns part of
+what it asked for ran into the timeout with bytes that arrived at some point inside it. The rest of the
+read then waits only for what is left of the timeout since the last byte arrived (TCP_INFO's
+last_data_recv), not a whole timeout more: a stall mid-payload is cut after one timeout, not two.
 """
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import time
@@ -25,6 +32,8 @@ from geryon.transport.wire import (CONTINUATION_SIZE, CONTINUATION_TAG, CONTROL_
 
 
 _TIMEVAL = struct.Struct("@ll")
+_TCP_INFO_LAST_DATA_RECV = struct.Struct("=I")   # ms since data last arrived, at this offset in Linux's
+_TCP_INFO_LAST_DATA_RECV_AT = 52                 # struct tcp_info (unchanged since Linux 2.6)
 
 
 def use_kernel_timeouts(sock, seconds: float) -> bool:
@@ -71,6 +80,8 @@ def read_exact_into(sock: socket.socket, view: memoryview, peer: str,
                 if left <= 0:
                     raise socket.timeout
                 sock.settimeout(left)
+            if flags and filled:            # the last call ran into the kernel's timeout part-way
+                _wait_rest_of_timeout(sock)
             if flags:
                 got = sock.recv_into(view[filled:], total - filled, flags)
             else:                           # a TLS wrapper's recv_into takes no flags
@@ -87,6 +98,25 @@ def read_exact_into(sock: socket.socket, view: memoryview, peer: str,
             raise TransportError(f"{peer} closed the connection "
                                  f"({filled} of {total} bytes of a frame read)")
         filled += got
+
+
+def _wait_rest_of_timeout(sock: socket.socket) -> None:
+    """Wait until the socket is readable, at most the kernel timeout less the time since data last
+    arrived; raise socket.timeout when it is not. Called after a MSG_WAITALL recv returned part of what
+    it asked for: that call waited out the whole timeout, while the peer's last byte came at some point
+    inside it, so another whole timeout would let a stall last up to twice the timeout."""
+    timeout = timeout_of(sock)
+    if timeout <= 0:                      # no kernel timeout: the call was interrupted by a signal
+        return
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LAST_DATA_RECV_AT + 4)
+        silent = _TCP_INFO_LAST_DATA_RECV.unpack_from(info, _TCP_INFO_LAST_DATA_RECV_AT)[0] / 1000
+    except (OSError, struct.error):
+        silent = 0.0                      # not TCP: wait a whole timeout from now
+    readable = select.poll()
+    readable.register(sock, select.POLLIN)
+    if not readable.poll(max(0, int((timeout - silent) * 1000))):
+        raise socket.timeout
 
 
 def read_header(sock: socket.socket, buffer: bytearray, peer: str, *, job_id: int,
