@@ -243,7 +243,7 @@ def test_cluster_check_reads_the_probe_in_its_switch_queue():
     elsewhere = switch_queue_item(switch, "Ethernet4", high, 6, command, before, read({0: 390, 6: 10, 7: 6}))
     assert not elsewhere["ok"] and elsewhere["packets"] == 0 and "lands elsewhere" in elsewhere["error"]
     assert MIN_PROBE_PACKETS > 0
-    unparsed = switch_queue_item(SimpleNamespace(name="leaf2", kind="eos"), "Ethernet1", high, 6,
-                                 "show interfaces Ethernet1 counters queue", ("Tx-Queue ...", None),
-                                 ("Tx-Queue 6 ...", None))
-    assert unparsed["ok"] and unparsed["parsed"] is False and unparsed["output"] == "Tx-Queue 6 ..."
+    unparsed = switch_queue_item(SimpleNamespace(name="leaf2", kind="linux"), "eth1", high, 6,
+                                 "tc -s class show dev eth1", ("class htb 1:16 ...", None),
+                                 ("class htb 1:16 ... Sent 400000 bytes", None))
+    assert unparsed["ok"] and unparsed["parsed"] is False and unparsed["output"].endswith("Sent 400000 bytes")

@@ -99,7 +99,7 @@ def _switch_read(switch, port: str, command: str):
     with _connect(switch) as shell:
         out = shell.check(command)
     parse = getattr(target_module(switch.kind), "parse_queue_counters", None)
-    return out, (parse(out).get(port) if parse else None)
+    return out, (parse(out, port).get(port) if parse else None)
 
 
 def switch_queue_item(switch, port: str, cls, queue: int, command: str, before, after) -> dict:
@@ -110,7 +110,11 @@ def switch_queue_item(switch, port: str, cls, queue: int, command: str, before, 
     if before[1] is None:
         item["parsed"] = False
         item["output"] = after[0][-2000:]
-    elif delta is None or delta < MIN_PROBE_PACKETS:
+    elif delta is None:
+        item.update(ok=False, packets=None,
+                    error=f"{switch.name}:{port}: `{command}` gave no packet count for queue {queue}: run it by hand "
+                          "and check that the queue and its transmitted-packets counter are in its output")
+    elif delta < MIN_PROBE_PACKETS:
         item.update(ok=False, packets=delta,
                     error=f"{switch.name}:{port} counted {delta} packet(s) on queue {queue} for a probe of "
                           f"{PROBE_BYTES} bytes: the class lands elsewhere (check the DSCP map and the port binding)")

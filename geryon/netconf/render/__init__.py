@@ -13,7 +13,10 @@ docstring, each exposing `LIMITS` (a `TargetLimits`) and `render(profile) -> Ren
 
 Each rendering also carries `verify`: the target's commands that show per-queue counters of its ports
 (`--json` lists them; CLI renderings end with them as comments), and where the switch prints structured
-output its module has `parse_queue_counters(text) -> {port: {queue: QueueCount}}`.
+output its module has `parse_queue_counters(text, port) -> {port: {queue: QueueCount}}` (`port`: the port
+the command was run for, which names the result where the output itself does not). Parsed: SONiC, OpenConfig,
+EOS, NX-OS, Junos and NVUE (each module's docstring names the document or public source of the format);
+Linux's `tc -s class show` prints text only and has no parser.
 
 `render(profile, target)` checks the profile against the target's limits first (TargetLimitError before
 anything is produced, let alone applied).
@@ -105,6 +108,21 @@ def counter(value) -> int | None:
         return value
     text = str(value).replace(",", "").strip()
     return int(text) if text.isdigit() else None
+
+
+def counter_sum(values) -> int | None:
+    """The sum of several counters of one queue (e.g. per drop precedence), None if any is unavailable."""
+    values = [counter(value) for value in values]
+    return None if not values or None in values else sum(values)
+
+
+def load_json(text: str, command: str):
+    """A switch's JSON output, or a ConfigError naming the command that should have printed it."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ConfigError(f"`{command}` did not print JSON: run it on the switch by hand and check that its "
+                          "release has the JSON form") from None
 
 
 def dump_json(data) -> str:

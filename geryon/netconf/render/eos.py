@@ -38,9 +38,15 @@ Safe on a production fabric:
     (`configure session`, `commit timer`, `abort`) rolls back exactly those lines.
   - `qos map dscp` classifies IPv4 and IPv6 alike (the DSCP of either header; not checked against the
     manual).
-  - Verification: `show interfaces <port> counters queue` (per tx-queue packets, bytes, drops), listed
-    at the end as comments and in `verify`; its JSON form (`| json`) is not parsed: no documented sample
-    was at hand.
+  - Verification: `show interfaces <port> counters queue detail | json` (eAPI JSON), listed at the end as
+    comments and in `verify`, parsed by `parse_queue_counters`. The layout follows Arista's ANTA test
+    VerifyInterfacesEgressQueueDrops (arista-netdevops-community/anta, anta/tests/interfaces.py, which reads
+    this command's JSON): egressQueueCounters / interfaces / <port> / ucastQueues / trafficClasses /
+    TC<n> / dropPrecedences / DP<k> / droppedPackets. The enqueued counters of each drop precedence
+    (enqueuedPackets, enqueuedBytes) carry the names EOS uses for the same counters in
+    `show cpu counters queue | json`; ANTA does not read them, so they are not confirmed for this command:
+    where a field is absent its count reads None and `geryon cluster check` reports the queue as not
+    counted rather than passing it. Traffic class n is tx-queue n (the maps above).
 
 Hazards:
   - EOS queues are strict by default, higher number first; `no priority` on tx-queue N makes N *and
@@ -51,7 +57,7 @@ Hazards:
 """
 
 from geryon.netconf.qos_profile import ACK_APPROX, ACK_MAX_LEN, ACK_SHARE_PERCENT, QosProfile, TargetLimits, percentages
-from geryon.netconf.render import Rendering, by_queue, dscp_queues
+from geryon.netconf.render import QueueCount, Rendering, by_queue, counter_sum, dscp_queues, load_json
 
 PROFILE = "GERYON"
 ACK_POLICY = "GERYON-ACK"
@@ -102,7 +108,26 @@ def commands(profile: QosProfile) -> list[str]:
 
 
 def verify_commands(profile: QosProfile) -> tuple[str, ...]:
-    return tuple(f"show interfaces {port} counters queue" for port in profile.ports or DEFAULT_PORTS)
+    return tuple(f"show interfaces {port} counters queue detail | json" for port in profile.ports or DEFAULT_PORTS)
+
+
+def parse_queue_counters(text: str, port: str | None = None) -> dict[str, dict[int, QueueCount]]:
+    """`show interfaces PORT counters queue detail | json` -> {port: {traffic class n: QueueCount}} of the unicast
+    queues, each counter summed over the drop precedences (see the module docstring for the layout)."""
+    data = load_json(text, "show interfaces PORT counters queue detail | json")
+    interfaces = data.get("egressQueueCounters", {}).get("interfaces", {}) if isinstance(data, dict) else {}
+    out: dict[str, dict[int, QueueCount]] = {}
+    for name, queues in interfaces.items():
+        classes = queues.get("ucastQueues", {}).get("trafficClasses", {})
+        out[name] = {int(tc[2:]): _queue_count(detail) for tc, detail in classes.items()
+                     if tc.startswith("TC") and tc[2:].isdigit()}
+    return out
+
+
+def _queue_count(detail: dict) -> QueueCount:
+    precedences = list(detail.get("dropPrecedences", {}).values()) or [detail]
+    return QueueCount(*(counter_sum(dp.get(key) for dp in precedences)
+                        for key in ("enqueuedPackets", "enqueuedBytes", "droppedPackets")))
 
 
 def ack_policy(queue: int) -> list[str]:

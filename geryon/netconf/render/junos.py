@@ -39,9 +39,13 @@ Forwarding Classes", "Understanding Default CoS Settings", "Defining CoS Queue S
     classifier alone classifies both families; drop the dscp-ipv6 lines.)
   - Only statements geryon owns are set (its forwarding classes, classifiers, schedulers, scheduler map,
     the listed interfaces); nothing is deleted. `commit confirmed` / `rollback 1` undo exactly that commit.
-  - Verification: `show interfaces queue <port>` (per queue: queued and transmitted packets/bytes,
-    tail-dropped packets), listed at the end as comments and in `verify`; its `| display json` form is
-    not parsed: no documented sample was at hand.
+  - Verification: `show interfaces queue <port> | display json`, listed at the end as comments and in
+    `verify`, parsed by `parse_queue_counters`. The JSON is Junos's mapping of the XML reply ("Map Junos
+    OS Command Output to JSON in the CLI", Junos XML Management Protocols guide: every element a list of
+    objects, a leaf's text under "data"); the elements are those of the get-interface-queue-information
+    reply (interface-information / physical-interface (name) / queue-counters / queue (queue-number,
+    queue-counters-trans-packets, queue-counters-trans-bytes, queue-counters-total-drop-packets), as
+    the open-source czerwonk/junos_exporter reads them, pkg/features/interfacequeue/rpc.go).
 
 Hazards:
   - Only one queue may be `strict-high` (a second strict-high scheduler is rejected, or starves the
@@ -53,7 +57,7 @@ Hazards:
 
 from geryon.netconf.qos_profile import (ACK_APPROX, ACK_MAX_LEN, CONTROL_SHARE_PERCENT, PLATFORM_LOSSLESS_QUEUES,
                                     STRICT_GUARD_PERCENT, QosProfile, TargetLimits, percentages)
-from geryon.netconf.render import Rendering, by_queue, dscp_queues
+from geryon.netconf.render import QueueCount, Rendering, by_queue, counter, dscp_queues, load_json
 
 LIMITS = TargetLimits("junos", max_strict=1, percent_weights=True, control_queue=7,
                       control_why="queue 7 is the network-control forwarding class (CS6/CS7) on QFX",
@@ -127,7 +131,33 @@ def _rescale(shares: list[int], budget: int) -> list[int]:
 
 
 def verify_commands(profile: QosProfile) -> tuple[str, ...]:
-    return tuple(f"show interfaces queue {port}" for port in profile.ports or DEFAULT_PORTS)
+    return tuple(f"show interfaces queue {port} | display json" for port in profile.ports or DEFAULT_PORTS)
+
+
+def _leaf(element: dict, name: str) -> str | None:
+    """The text of a leaf in Junos JSON ({"name": [{"data": "text"}]}), stripped; None where absent."""
+    values = element.get(name) or [{}]
+    data = values[0].get("data") if isinstance(values[0], dict) else None
+    return data.strip() if isinstance(data, str) else data
+
+
+def parse_queue_counters(text: str, port: str | None = None) -> dict[str, dict[int, QueueCount]]:
+    """`show interfaces queue PORT | display json` -> {port: {queue number: QueueCount}} of transmitted packets
+    and bytes and total drops (see the module docstring for the layout)."""
+    data = load_json(text, "show interfaces queue PORT | display json")
+    out: dict[str, dict[int, QueueCount]] = {}
+    for information in (data.get("interface-information", []) if isinstance(data, dict) else []):
+        for interface in information.get("physical-interface", []):
+            queues = out.setdefault(_leaf(interface, "name") or "", {})
+            for block in interface.get("queue-counters", []):
+                for queue in block.get("queue", []):
+                    number = _leaf(queue, "queue-number")
+                    if number and number.isdigit():
+                        queues[int(number)] = QueueCount(
+                            counter(_leaf(queue, "queue-counters-trans-packets")),
+                            counter(_leaf(queue, "queue-counters-trans-bytes")),
+                            counter(_leaf(queue, "queue-counters-total-drop-packets")))
+    return out
 
 
 def ack_filter(profile: QosProfile) -> list[str]:

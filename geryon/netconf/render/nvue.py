@@ -23,9 +23,13 @@ Safe on a production fabric:
   - Only the default-global mapping, egress-queue-mapping and egress-scheduler entries geryon sets are
     touched; no `nv unset` is issued; `nv config apply <revision>` returns to the revision before.
   - `trust l3` classifies by the DSCP of IPv4 and IPv6 packets alike (not checked against the guide).
-  - Verification: `nv show interface <port> counters qos egress-queue-stats -o json` (per traffic class:
-    transmitted packets/bytes, drops), listed at the end as comments and in `verify`; not parsed: no
-    documented sample of its JSON was at hand.
+  - Verification: `nv show interface <port> counters qos egress-queue-stats -o json` (Cumulus Linux 5.5 and
+    later; `nv show interface <port> qos counters egress-queue-stats` before), listed at the end as comments
+    and in `verify`, parsed by `parse_queue_counters`. The NVUE Command Reference ("Show Commands", QoS)
+    documents the columns of its table form: traffic-class, tx-frames, tx-bytes, tx-uc-buffer-discards,
+    wred-discards; the JSON form is an object keyed by traffic class with those names as fields, as
+    NVIDIA's own switch tests read it (`output[traffic_class]["tx-frames"]`). The output does not name
+    the port: the parser is told it. Drops are tx-uc-buffer-discards plus wred-discards.
 
 Hazards:
   - The default egress scheduler gives every traffic class 0-7 DWRR with bw-percent 12 or 13
@@ -37,9 +41,9 @@ Hazards:
     the rollback (see geryon.netconf.session).
 """
 
-from geryon.errors import TargetLimitError
+from geryon.errors import ConfigError, TargetLimitError
 from geryon.netconf.qos_profile import QosProfile, TargetLimits, percentages
-from geryon.netconf.render import Rendering, dscp_queues
+from geryon.netconf.render import QueueCount, Rendering, counter, counter_sum, dscp_queues, load_json
 
 LIMITS = TargetLimits("nvue", max_strict=8, percent_weights=True, ack_match=None, control_queue=7,
                       control_why="traffic class 7 carries network control (CS6/CS7), strict above every class",
@@ -102,6 +106,19 @@ def commands(profile: QosProfile) -> list[str]:
 def verify_commands(profile: QosProfile) -> tuple[str, ...]:
     return tuple(f"nv show interface {port} counters qos egress-queue-stats -o json"
                  for port in profile.ports or ("swp1",))
+
+
+def parse_queue_counters(text: str, port: str | None = None) -> dict[str, dict[int, QueueCount]]:
+    """`nv show interface PORT counters qos egress-queue-stats -o json` ({"<tc>": {"tx-frames", "tx-bytes",
+    "tx-uc-buffer-discards", "wred-discards"}}) -> {port: {traffic class: QueueCount}}."""
+    if port is None:
+        raise ConfigError("the NVUE egress-queue-stats output does not name its port: pass the port the command "
+                          "was run for")
+    data = load_json(text, f"nv show interface {port} counters qos egress-queue-stats -o json")
+    return {port: {int(tc): QueueCount(counter(stats.get("tx-frames")), counter(stats.get("tx-bytes")),
+                                       counter_sum((stats.get("tx-uc-buffer-discards"), stats.get("wred-discards"))))
+                   for tc, stats in (data.items() if isinstance(data, dict) else ())
+                   if str(tc).isdigit() and isinstance(stats, dict)}}
 
 
 def render(profile: QosProfile) -> Rendering:

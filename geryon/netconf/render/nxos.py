@@ -35,9 +35,15 @@ Safe on a production fabric:
     (`rollback running-config checkpoint`) returns to the saved running config.
   - `match dscp` in a `class-map type qos` matches the DSCP of IPv4 and IPv6 packets alike (not checked
     against the guide).
-  - Verification: `show queuing interface <port>` (per qos-group: transmitted packets/bytes, tail and
-    WRED drops), listed at the end as comments and in `verify`; its `| json` form is not parsed: no
-    documented sample was at hand.
+  - Verification: `show queuing interface <port> | json`, listed at the end as comments and in `verify`,
+    parsed by `parse_queue_counters`. The layout is the command's NX-API schema in the Cisco Nexus 9000
+    Series NX-OS Command Reference (Show Commands, 9.3(x)), "show queuing": TABLE_module / ROW_module /
+    TABLE_queuing_interface (dir, if_name_str) / TABLE_qosgrp_egress_stats (eq-qosgrp) /
+    TABLE_qosgrp_egress_stats_entry (eq-stat-type, eq-stat-units, eq-uc-stat-value, eq-mc-stat-value);
+    the row labels "Tx"/"Dropped" and units "Pkts"/"Byts" are those of the text form ("Tx Pkts",
+    "Dropped Byts") as public NX-API exporters read them (e.g. the nxapi_netbox scripts of Allen Robel,
+    Cisco). Unicast values are read (probes are unicast); qos-group n is queue n (c-out-8q-q<n>); a
+    TABLE with one row holds it as an object, not a list (NX-API's usual form), and both are read.
 
 Hazards:
   - `bandwidth remaining percent` over the non-priority classes of a queuing policy must sum to 100:
@@ -49,7 +55,7 @@ Hazards:
 """
 
 from geryon.netconf.qos_profile import ACK_APPROX, ACK_MAX_LEN, CONTROL_DSCPS, QosProfile, TargetLimits, percentages
-from geryon.netconf.render import Rendering
+from geryon.netconf.render import QueueCount, Rendering, counter, load_json
 
 LIMITS = TargetLimits("nxos", max_strict=1, percent_weights=True, needs_weighted_default=True, control_queue=7,
                       control_why="qos-group 7 carries network control (CS6/CS7), priority level 1 above every "
@@ -120,4 +126,31 @@ def render(profile: QosProfile) -> Rendering:
 
 
 def verify_commands(profile: QosProfile) -> tuple[str, ...]:
-    return tuple(f"show queuing interface {port}" for port in profile.ports or DEFAULT_PORTS)
+    return tuple(f"show queuing interface {port} | json" for port in profile.ports or DEFAULT_PORTS)
+
+
+def _rows(table: dict, name: str) -> list[dict]:
+    """The rows of NX-API's TABLE_<name>/ROW_<name>: a list, or one object where there is a single row."""
+    rows = table.get(f"TABLE_{name}", {}).get(f"ROW_{name}", [])
+    return [rows] if isinstance(rows, dict) else list(rows)
+
+
+def parse_queue_counters(text: str, port: str | None = None) -> dict[str, dict[int, QueueCount]]:
+    """`show queuing interface PORT | json` (or its NX-API reply) -> {port: {qos-group n: QueueCount}} of the
+    egress unicast counters (see the module docstring for the layout)."""
+    body = load_json(text, "show queuing interface PORT | json")
+    if isinstance(body, dict) and "ins_api" in body:  # the NX-API envelope around the CLI's JSON
+        body = body["ins_api"]["outputs"]["output"]["body"]
+    out: dict[str, dict[int, QueueCount]] = {}
+    for module in _rows(body if isinstance(body, dict) else {}, "module"):
+        for interface in _rows(module, "queuing_interface"):
+            if interface.get("dir", "Egress") != "Egress" or not str(interface.get("if_name_str", "")).split():
+                continue
+            queues = out.setdefault(str(interface["if_name_str"]).split()[0], {})
+            for group in _rows(interface, "qosgrp_egress_stats"):
+                if str(group.get("eq-qosgrp", "")).isdigit():
+                    stats = {(row.get("eq-stat-type"), row.get("eq-stat-units")): counter(row.get("eq-uc-stat-value"))
+                             for row in _rows(group, "qosgrp_egress_stats_entry")}
+                    queues[int(group["eq-qosgrp"])] = QueueCount(stats.get(("Tx", "Pkts")), stats.get(("Tx", "Byts")),
+                                                                 stats.get(("Dropped", "Pkts")))
+    return out

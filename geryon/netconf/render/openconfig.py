@@ -150,7 +150,7 @@ def verify_commands(profile: QosProfile) -> tuple[str, ...]:
                  for port in profile.ports or DEFAULT_PORTS)
 
 
-def parse_queue_counters(text: str) -> dict[str, dict[str, QueueCount]]:
+def parse_queue_counters(text: str, port: str | None = None) -> dict[str, dict[str, QueueCount]]:
     """An RFC 7951 `openconfig-qos:qos` document (as a gNMI Get of /qos returns it with JSON_IETF encoding)
     -> {port: {queue name: QueueCount}} from each output queue's state (counter64 leaves are JSON strings)."""
     try:

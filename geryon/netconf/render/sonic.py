@@ -113,7 +113,7 @@ def verify_commands(profile: QosProfile) -> tuple[str, ...]:
     return tuple(f"show queue counters {port} --json" for port in _ports(profile))
 
 
-def parse_queue_counters(text: str) -> dict[str, dict[int, QueueCount]]:
+def parse_queue_counters(text: str, port: str | None = None) -> dict[str, dict[int, QueueCount]]:
     """`show queue counters PORT --json` (queuestat -j): {port: {"UC<n>": {totalpacket, totalbytes, droppacket,
     dropbytes}, "MC<n>": ..., "time": ...}} -> unicast queue n per port."""
     try:
