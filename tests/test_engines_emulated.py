@@ -3,8 +3,9 @@
 Each host runs `torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint h1:PORT`, as
 a Slurm batch script or a Kubernetes PyTorchJob would; the script only calls geryon.init() and
 geryon.distribute(). Allreduce and PS (one server per node) train exactly as one process does, with
-geryon's flows DSCP-marked per class, sniffed at the switch port toward h2. Then the same PS job is
-started as srun starts tasks: one process per rank, only Slurm's variables, no torchrun.
+geryon's flows DSCP-marked per class, sniffed at the switch port toward h2. Then the same allreduce and
+PS jobs are started as srun starts tasks: one process per rank, only Slurm's variables, no torchrun, the
+job secret read from a file as a mounted secret would be.
 """
 
 import os
@@ -139,10 +140,9 @@ def test_torchrun_ps_with_a_server_per_node_matches_one_process(cluster, single_
     _assert_marked(sniffed, cluster)
 
 
-def test_slurm_tasks_run_the_same_ps_job(cluster, single_curve, tmp_path):
-    """srun's way: one process per rank with SLURM_* only. The first two ranks (h1's) serve; engine rank 0,
-    a server, hosts the job's store."""
-    secret_file = tmp_path / "secret"
+def _slurm_job(cluster, secret_file, **settings) -> list[subprocess.CompletedProcess]:
+    """srun's way: one process per rank with SLURM_* only (no torchrun), the secret from a mounted file;
+    MASTER_ADDR/PORT name the job's store, which engine rank 0 (on h1) hosts."""
     secret_file.write_text(SECRET + "\n")
     job_id, port = str(uuid.uuid4().int % 100000), _free_port()
     commands = []
@@ -152,10 +152,24 @@ def test_slurm_tasks_run_the_same_ps_job(cluster, single_curve, tmp_path):
                             SLURM_LOCALID=str(local), SLURM_NODEID=str(node), SLURM_NNODES=str(NODES),
                             SLURM_NTASKS_PER_NODE=str(PER_NODE), SLURM_JOB_ID=job_id,
                             MASTER_ADDR=cluster.host("h1").ip, MASTER_PORT=str(port),
-                            GERYON_MODE="ps", GERYON_SERVERS="2", GERYON_JOB_SECRET_FILE=str(secret_file))
+                            GERYON_JOB_SECRET_FILE=str(secret_file), **settings)
             del env["GERYON_JOB_SECRET"]
             commands.append((host.name, [PYTHON, str(EXAMPLE), *ARGS], env))
-    results = _run_everywhere(cluster, commands)
+    return _run_everywhere(cluster, commands)
+
+
+def test_slurm_tasks_run_the_same_allreduce_job(cluster, single_curve, tmp_path):
+    results, sniffed = _sniffed(cluster, lambda: _slurm_job(cluster, tmp_path / "secret"))
+    assert _curve(results, "allreduce", NODES * PER_NODE) == pytest.approx(single_curve[:ITERATIONS], rel=1e-4,
+                                                                           abs=1e-5)
+    _assert_marked(sniffed, cluster)
+
+
+def test_slurm_tasks_run_the_same_ps_job(cluster, single_curve, tmp_path):
+    """The first two ranks (h1's) serve; engine rank 0, a server, hosts the job's store."""
+    results, sniffed = _sniffed(cluster, lambda: _slurm_job(cluster, tmp_path / "secret", GERYON_MODE="ps",
+                                                            GERYON_SERVERS="2"))
     assert _curve(results, "ps", NODES * PER_NODE - 2) == pytest.approx(single_curve[:ITERATIONS], rel=1e-4,
                                                                         abs=1e-5)
     assert all("every worker finished" in r.stdout for r in results[:2]), results[0].stdout[-2000:]
+    _assert_marked(sniffed, cluster)
