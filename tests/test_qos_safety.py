@@ -267,6 +267,14 @@ def test_openconfig_queue_counters_parse():
     parsed = parse_queue_counters(json.dumps(sample))["Ethernet0"]
     assert (parsed["high"].packets, parsed["high"].bytes, parsed["low"].dropped_packets) == (1000, 1500000, 7)
     assert parsed["geryon-control"].packets == 42
+    # with the queues' ids (as geryon's own rendering declares them) each queue is keyed by its number,
+    # which is how `geryon cluster check` looks a class's queue up
+    sample["openconfig-qos:qos"]["queues"] = {"queue": [
+        {"name": "high", "config": {"name": "high", "queue-id": 6}},
+        {"name": "geryon-control", "config": {"name": "geryon-control", "queue-id": 7}},
+        {"name": "low", "config": {"name": "low", "queue-id": 0}}]}
+    by_number = parse_queue_counters(json.dumps(sample))["Ethernet0"]
+    assert (by_number[6].packets, by_number[7].packets, by_number[0].dropped_packets) == (1000, 42, 7)
 
 
 @pytest.mark.parametrize("count", [2, 3, 4, 5])

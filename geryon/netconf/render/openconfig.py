@@ -152,21 +152,31 @@ def verify_commands(profile: QosProfile) -> tuple[str, ...]:
 
 def parse_queue_counters(text: str, port: str | None = None) -> dict[str, dict[str, QueueCount]]:
     """An RFC 7951 `openconfig-qos:qos` document (as a gNMI Get of /qos returns it with JSON_IETF encoding)
-    -> {port: {queue name: QueueCount}} from each output queue's state (counter64 leaves are JSON strings)."""
+    -> {port: {queue: QueueCount}} from each output queue's state (counter64 leaves are JSON strings); a
+    queue is keyed by its queue-id where the document's /qos/queues gives one, else by its name."""
     try:
         qos = json.loads(text)["openconfig-qos:qos"]
     except (ValueError, KeyError, TypeError):
         raise ConfigError("not an RFC 7951 openconfig-qos:qos document: ask the gNMI Get for /qos with "
                           "encoding JSON_IETF") from None
-    out: dict[str, dict[str, QueueCount]] = {}
+    ids = {queue["name"]: queue.get("config", {}).get("queue-id", queue.get("state", {}).get("queue-id"))
+           for queue in qos.get("queues", {}).get("queue", [])}
+    out: dict[str, dict[int | str, QueueCount]] = {}
     for interface in qos.get("interfaces", {}).get("interface", []):
         queues = interface.get("output", {}).get("queues", {}).get("queue", [])
         out[interface["interface-id"]] = {
-            queue["name"]: QueueCount(counter(queue.get("state", {}).get("transmit-pkts")),
-                                      counter(queue.get("state", {}).get("transmit-octets")),
-                                      counter(queue.get("state", {}).get("dropped-pkts")))
+            _queue_key(queue["name"], ids.get(queue["name"])): QueueCount(
+                counter(queue.get("state", {}).get("transmit-pkts")),
+                counter(queue.get("state", {}).get("transmit-octets")),
+                counter(queue.get("state", {}).get("dropped-pkts")))
             for queue in queues}
     return out
+
+
+def _queue_key(name: str, queue_id) -> int | str:
+    """A queue's number where the document gives its queue-id (as `geryon cluster check` looks queues up),
+    else its name."""
+    return int(queue_id) if queue_id is not None else name
 
 
 def render(profile: QosProfile) -> Rendering:
