@@ -1,20 +1,9 @@
 """Helpers shared by the transport tests."""
 
-import socket
 import threading
 
+from geryon.bench.loopback import free_ports  # noqa: F401 -- the transport tests take their ports here
 from geryon.transport import AllreduceGroup
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct loopback ports that were free a moment ago (all bound at once, then released)."""
-    holders = [socket.socket() for _ in range(count)]
-    for s in holders:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in holders]
-    for s in holders:
-        s.close()
-    return ports
 
 
 def serve_world_of_threads(world: int, config, body, **group_options):
