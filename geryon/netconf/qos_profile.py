@@ -279,17 +279,23 @@ def _check_order(profile: QosProfile) -> None:
                                   f"{lower.name!r} (queue {lower.queue}): a higher class needs a higher queue")
 
 
+def read_toml(path: Path, what: str, error: type[Exception] = QosProfileError, missing: str = "") -> dict:
+    """The parsed TOML file `path` (a `what`: "profile", "inventory"); `error` says it is missing (then
+    `missing`, a hint, follows), unreadable or not TOML."""
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise error(f"{what} {path} does not exist{missing}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"cannot read {what} {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{what} {path} is not valid TOML: {exc}") from exc
+
+
 def load_profile(path: "str | Path") -> QosProfile:
     """Read and validate a TOML profile; QosProfileError says what is wrong and where."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise QosProfileError(f"profile {path} does not exist; built-ins: {', '.join(BUILTINS)}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise QosProfileError(f"cannot read profile {path}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise QosProfileError(f"profile {path} is not valid TOML: {exc}") from exc
+    data = read_toml(path, "profile", missing=f"; built-ins: {', '.join(BUILTINS)}")
     from geryon.netconf import tenants  # a tenants file ([[tenant]] tables) compiles to fabric classes
 
     if tenants.is_tenants_file(data):

@@ -41,13 +41,12 @@ A job joins with `python -m geryon.launch --tenants FILE --tenant NAME`: its hig
 urgent level's DSCP and its low class on bulk's (`tenant_classes`).
 """
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from geryon.errors import QosProfileError, RateError
 from geryon.netconf.classes import HIGH_DSCP, LOW_DSCP, PriorityClass, format_classes
-from geryon.netconf.qos_profile import STRICT, WEIGHTED, QosClass, QosProfile, validate_profile
+from geryon.netconf.qos_profile import STRICT, WEIGHTED, QosClass, QosProfile, read_toml, validate_profile
 from geryon.rates import parse_rate
 
 BACKGROUND_DSCP = 8  # CS1, "low-priority data" (RFC 4594): checkpoint writers, data loaders, backups
@@ -193,12 +192,5 @@ def is_tenants_file(data: dict) -> bool:
 def load_tenants(path: "str | Path") -> Tenants:
     """Read and validate a tenants TOML file; QosProfileError says what is wrong."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise QosProfileError(f"tenants file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise QosProfileError(f"cannot read tenants file {path}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise QosProfileError(f"tenants file {path} is not valid TOML: {exc}") from exc
+    data = read_toml(path, "tenants file")
     return tenants_from_dict(data, default_name=path.stem, source=str(path))
