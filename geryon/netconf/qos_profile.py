@@ -292,6 +292,15 @@ def read_toml(path: Path, what: str, error: type[Exception] = QosProfileError, m
         raise error(f"{what} {path} is not valid TOML: {exc}") from exc
 
 
+def refuse_unknown_keys(table: dict, known: "set[str] | frozenset[str]", where: str) -> None:
+    """QosProfileError naming the keys of `table` outside `known` (and the known ones), after `where`
+    ("FILE:", "FILE: class #2 has")."""
+    unknown = set(table) - known
+    if unknown:
+        raise QosProfileError(f"{where} unknown key(s) {', '.join(sorted(unknown))}; "
+                              f"known: {', '.join(sorted(known))}")
+
+
 def load_profile(path: "str | Path") -> QosProfile:
     """Read and validate a TOML profile; QosProfileError says what is wrong and where."""
     path = Path(path)
@@ -305,10 +314,7 @@ def load_profile(path: "str | Path") -> QosProfile:
 
 def profile_from_dict(data: dict, default_name: str = "profile", source: str = "profile") -> QosProfile:
     """Build a profile from parsed TOML (see the module docstring for the keys)."""
-    unknown = set(data) - _PROFILE_KEYS
-    if unknown:
-        raise QosProfileError(f"{source}: unknown key(s) {', '.join(sorted(unknown))}; "
-                              f"known: {', '.join(sorted(_PROFILE_KEYS))}")
+    refuse_unknown_keys(data, _PROFILE_KEYS, f"{source}:")
     entries = data.get("class")
     if not isinstance(entries, list) or not entries:
         raise QosProfileError(f"{source}: no [[class]] tables; give one per priority class, highest first")
@@ -316,10 +322,7 @@ def profile_from_dict(data: dict, default_name: str = "profile", source: str = "
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict):
             raise QosProfileError(f"{source}: class #{index + 1} is not a table")
-        extra = set(entry) - _CLASS_KEYS
-        if extra:
-            raise QosProfileError(f"{source}: class #{index + 1} has unknown key(s) {', '.join(sorted(extra))}; "
-                                  f"known: {', '.join(sorted(_CLASS_KEYS))}")
+        refuse_unknown_keys(entry, _CLASS_KEYS, f"{source}: class #{index + 1} has")
         missing = {"name", "dscp", "queue"} - set(entry)
         if missing:
             raise QosProfileError(f"{source}: class #{index + 1} lacks {', '.join(sorted(missing))}")

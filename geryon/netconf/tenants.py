@@ -46,7 +46,8 @@ from pathlib import Path
 
 from geryon.errors import QosProfileError, RateError
 from geryon.netconf.classes import HIGH_DSCP, LOW_DSCP, PriorityClass, format_classes
-from geryon.netconf.qos_profile import STRICT, WEIGHTED, QosClass, QosProfile, read_toml, validate_profile
+from geryon.netconf.qos_profile import (STRICT, WEIGHTED, QosClass, QosProfile, read_toml, refuse_unknown_keys,
+                                        validate_profile)
 from geryon.rates import parse_rate
 
 BACKGROUND_DSCP = 8  # CS1, "low-priority data" (RFC 4594): checkpoint writers, data loaders, backups
@@ -155,10 +156,7 @@ def tenant_class_spec(tenants: Tenants, name: str) -> str:
 
 def tenants_from_dict(data: dict, default_name: str = "tenants", source: str = "tenants") -> Tenants:
     """Build Tenants from parsed TOML (see the module docstring for the keys)."""
-    unknown = set(data) - _TENANTS_KEYS
-    if unknown:
-        raise QosProfileError(f"{source}: unknown key(s) {', '.join(sorted(unknown))}; "
-                              f"known: {', '.join(sorted(_TENANTS_KEYS))}")
+    refuse_unknown_keys(data, _TENANTS_KEYS, f"{source}:")
     entries = data.get("tenant")
     if not isinstance(entries, list) or not entries:
         raise QosProfileError(f"{source}: no [[tenant]] tables; give one per job sharing the fabric")
@@ -166,10 +164,7 @@ def tenants_from_dict(data: dict, default_name: str = "tenants", source: str = "
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict) or "name" not in entry:
             raise QosProfileError(f"{source}: tenant #{index + 1} needs a name")
-        extra = set(entry) - _TENANT_KEYS
-        if extra:
-            raise QosProfileError(f"{source}: tenant #{index + 1} has unknown key(s) {', '.join(sorted(extra))}; "
-                                  f"known: {', '.join(sorted(_TENANT_KEYS))}")
+        refuse_unknown_keys(entry, _TENANT_KEYS, f"{source}: tenant #{index + 1} has")
         tenants.append(Tenant(entry["name"], entry.get("weight", 1.0)))
     rate = data.get("rate")
     try:
