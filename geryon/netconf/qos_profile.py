@@ -301,6 +301,19 @@ def refuse_unknown_keys(table: dict, known: "set[str] | frozenset[str]", where: 
                               f"known: {', '.join(sorted(known))}")
 
 
+def fabric_rate_and_ports(data: dict, source: str) -> "tuple[int | None, tuple[str, ...]]":
+    """A file's `rate` (parsed; None when absent) and `ports` (a list of names; none when absent)."""
+    rate = data.get("rate")
+    try:
+        rate = None if rate is None else parse_rate(rate)
+    except RateError as exc:
+        raise QosProfileError(f"{source}: {exc}") from None
+    ports = data.get("ports", [])
+    if not isinstance(ports, list):
+        raise QosProfileError(f"{source}: ports must be a list of names, e.g. [\"Ethernet0\", \"Ethernet4\"]")
+    return rate, tuple(ports)
+
+
 def load_profile(path: "str | Path") -> QosProfile:
     """Read and validate a TOML profile; QosProfileError says what is wrong and where."""
     path = Path(path)
@@ -334,20 +347,13 @@ def profile_from_dict(data: dict, default_name: str = "profile", source: str = "
             if default is not None:
                 raise QosProfileError(f"{source}: classes {default!r} and {entry['name']!r} are both default")
             default = entry["name"]
-    rate = data.get("rate")
-    try:
-        rate = None if rate is None else parse_rate(rate)
-    except RateError as exc:
-        raise QosProfileError(f"{source}: {exc}") from None
-    ports = data.get("ports", [])
-    if not isinstance(ports, list):
-        raise QosProfileError(f"{source}: ports must be a list of names, e.g. [\"Ethernet0\", \"Ethernet4\"]")
+    rate, ports = fabric_rate_and_ports(data, source)
     name = data.get("name", default_name)
     ack = data.get("ack_priority", ACK_OFF)
     if not isinstance(ack, str):
         raise QosProfileError(f"{source}: ack_priority must be a string, one of "
                               f"{', '.join(repr(m) for m in ACK_MODES)}; got {ack!r}")
-    return validate_profile(QosProfile(name, tuple(classes), default or classes[-1].name, rate, tuple(ports),
+    return validate_profile(QosProfile(name, tuple(classes), default or classes[-1].name, rate, ports,
                                        ack_priority=ack))
 
 

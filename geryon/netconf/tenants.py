@@ -44,11 +44,10 @@ urgent level's DSCP and its low class on bulk's (`tenant_classes`).
 from dataclasses import dataclass
 from pathlib import Path
 
-from geryon.errors import QosProfileError, RateError
+from geryon.errors import QosProfileError
 from geryon.netconf.classes import HIGH_DSCP, LOW_DSCP, PriorityClass, format_classes
-from geryon.netconf.qos_profile import (STRICT, WEIGHTED, QosClass, QosProfile, read_toml, refuse_unknown_keys,
-                                        validate_profile)
-from geryon.rates import parse_rate
+from geryon.netconf.qos_profile import (STRICT, WEIGHTED, QosClass, QosProfile, fabric_rate_and_ports, read_toml,
+                                        refuse_unknown_keys, validate_profile)
 
 BACKGROUND_DSCP = 8  # CS1, "low-priority data" (RFC 4594): checkpoint writers, data loaders, backups
 BACKGROUND_PERCENT = 10  # the background class's guaranteed share among the weighted classes, default
@@ -166,17 +165,10 @@ def tenants_from_dict(data: dict, default_name: str = "tenants", source: str = "
             raise QosProfileError(f"{source}: tenant #{index + 1} needs a name")
         refuse_unknown_keys(entry, _TENANT_KEYS, f"{source}: tenant #{index + 1} has")
         tenants.append(Tenant(entry["name"], entry.get("weight", 1.0)))
-    rate = data.get("rate")
-    try:
-        rate = None if rate is None else parse_rate(rate)
-    except RateError as exc:
-        raise QosProfileError(f"{source}: {exc}") from None
-    ports = data.get("ports", [])
-    if not isinstance(ports, list):
-        raise QosProfileError(f"{source}: ports must be a list of names, e.g. [\"Ethernet0\", \"Ethernet4\"]")
+    rate, ports = fabric_rate_and_ports(data, source)
     return check_tenants(Tenants(data.get("name", default_name), tuple(tenants),
                                  data.get("background_percent", BACKGROUND_PERCENT),
-                                 rate, tuple(ports)))
+                                 rate, ports))
 
 
 def is_tenants_file(data: dict) -> bool:
