@@ -64,6 +64,16 @@ def run_stoppable(argv, timeout: float, env=None, stop_signal=signal.SIGTERM) ->
 EXIT_ABORT = "terminate called without an active exception"
 
 
+def one_process_result(script, out: Path) -> dict:
+    """Run `python script --out OUT` as one process (the reference a distributed run must equal) and
+    load the tensors it saved to OUT."""
+    import torch
+
+    run = run_stoppable([PYTHON, str(script), "--out", str(out)], 120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return torch.load(out, weights_only=True)
+
+
 def run_plain_torchrun(script, args, workers: int, timeout: float) -> tuple[subprocess.CompletedProcess, str]:
     """Run `script` under plain `torch.distributed.run --standalone`, with Python's faulthandler on.
 

@@ -8,46 +8,21 @@ import torch
 
 from geryon.errors import ConfigError, ProtocolError
 from geryon.transport.allreduce import reference_allreduce_tensors
-from transport_support import serve_world_of_threads
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import TCP_NOTSENT_LOWAT, TCP_RTO_MAX_MS
-
-SIZES = (1, 7, 3001, 1, 10007, 2)   # odd sizes, fewer elements than ranks, buckets and big tensors
-PRIORITIES = [0, 1, 1, 0, 1, 0]
-
-
-def _inputs(world, dtype, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    return [[torch.randn(n, generator=generator).to(dtype) for n in SIZES] for _ in range(world)]
+from transport_support import PRIORITIES, assert_sum_and_avg_exact, serve_world_of_threads, tensor_inputs
 
 
 @pytest.mark.parametrize("world", [2, 3, 5, 8])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_bit_exact_sum_and_avg(world, dtype):
-    config = TransportConfig(secret="t", slice_bytes=1024, bucket_bytes=4096, timeout=20)
-    inputs = _inputs(world, dtype)
-
-    def body(group):
-        summed = [t.clone() for t in inputs[group.rank]]
-        group.allreduce(summed, PRIORITIES)
-        averaged = [t.clone() for t in inputs[group.rank]]
-        group.allreduce(averaged, PRIORITIES, op="avg")
-        return summed, averaged
-
-    results = serve_world_of_threads(world, config, body)
-    want_sum = reference_allreduce_tensors(inputs, PRIORITIES, "sum", 4096)
-    want_avg = reference_allreduce_tensors(inputs, PRIORITIES, "avg", 4096)
-    for summed, averaged in results:
-        for got, want in zip(summed, want_sum):
-            assert torch.equal(got, want)
-        for got, want in zip(averaged, want_avg):
-            assert torch.equal(got, want)
+    assert_sum_and_avg_exact(world, dtype)
 
 
 @pytest.mark.parametrize("policy", ["vanilla", "slicing", "endhost"])
 def test_every_policy_is_exact(policy):
     config = TransportConfig(secret="t", policy=policy, slice_bytes=1024, bucket_bytes=4096)
-    inputs = _inputs(3, torch.float32, seed=1)
+    inputs = tensor_inputs(3, torch.float32, seed=1)
     results = serve_world_of_threads(
         3, config, lambda g: g.allreduce([t.clone() for t in inputs[g.rank]], PRIORITIES))
     want = reference_allreduce_tensors(inputs, PRIORITIES, "sum", 4096)
@@ -302,7 +277,7 @@ def test_parameters_are_reduced_in_place_outside_autograd():
     """Model averaging allreduces parameters (leaves that require grad): a big one in a bucket of its
     own and small ones batched. Both paths write in place without autograd's in-place check."""
     config = TransportConfig(secret="t", slice_bytes=1024, bucket_bytes=4096)
-    inputs = _inputs(3, torch.float32, seed=4)
+    inputs = tensor_inputs(3, torch.float32, seed=4)
 
     def body(group):
         params = [torch.nn.Parameter(t.clone()) for t in inputs[group.rank]]

@@ -12,8 +12,6 @@ tests/test_class_groups_cuda.py.
 """
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -33,7 +31,7 @@ from geryon.runtime.env import RankEnv
 sys.path.insert(0, str(Path(__file__).parent))
 import ddp_probe  # noqa: E402
 from launch_support import REPO, clean_env, run_launcher  # noqa: E402
-from transport_support import free_ports  # noqa: E402
+from transport_support import free_ports, run_rank_scripts  # noqa: E402
 
 SCRIPT = str(REPO / "examples" / "train_cnn.py")
 PROBE = REPO / "tests" / "ddp_probe.py"
@@ -203,21 +201,7 @@ def test_each_bucket_goes_to_its_class_group_in_the_same_order_on_every_rank():
     world = 2
     init_port, store_port = free_ports(2)
     store = TCPStore("127.0.0.1", store_port, is_master=True, wait_for_workers=False)
-    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    procs = [subprocess.Popen([sys.executable, __file__, str(rank), str(world), str(init_port), str(store_port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ, PYTHONPATH=path)) for rank in range(world)]
-    reports = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=120)
-            assert proc.returncode == 0, err[-3000:]
-            reports.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    reports = run_rank_scripts(__file__, world, init_port, store_port)
     order = ["conv.weight", "conv.bias", "fc.weight", "fc.bias", "aux.weight", "aux.bias"]
     for report in reports:
         assert report["groups"] == 2

@@ -13,8 +13,8 @@ from geryon.errors import ConfigError
 from geryon.launch.config import parse_launch_args
 from geryon.runtime import server_checkpoint as sc
 from geryon.runtime.env import RankEnv
-from launch_support import EXAMPLE, EXAMPLE_ARGS, PYTHON, REPO, json_records, loss_curve, rank_lines, run_launcher, \
-    run_stoppable
+from launch_support import EXAMPLE, EXAMPLE_ARGS, REPO, json_records, loss_curve, one_process_result, \
+    rank_lines, run_launcher
 
 SCRIPT = REPO / "tests" / "recover_script.py"
 PS = ["--local", "--mode", "ps", "--workers", "2", "--servers", "1", "--grace", "1"]
@@ -23,10 +23,7 @@ PS = ["--local", "--mode", "ps", "--workers", "2", "--servers", "1", "--grace", 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     """The final parameters of one process trained on the same global batches (the reference)."""
-    out = tmp_path_factory.mktemp("reference") / "final.pt"
-    run = run_stoppable([PYTHON, str(SCRIPT), "--out", str(out)], 120)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return torch.load(out, weights_only=True)
+    return one_process_result(SCRIPT, tmp_path_factory.mktemp("reference") / "final.pt")
 
 
 @pytest.mark.slow

@@ -1,6 +1,5 @@
 """Parameter-server mode on loopback: exact aggregation, and training equal to one process."""
 
-import threading
 import time
 
 import pytest
@@ -10,35 +9,16 @@ from geryon.errors import ProtocolError
 from geryon.transport.config import TransportConfig
 from geryon.transport.ps_server import ParameterServer
 from geryon.transport.ps_worker import PSWorker
+from transport_support import run_ps_workers
 
 
 def run_ps(workers, servers, params, config, priorities, work, worker_class=PSWorker, **sgd):
     """Start `servers` servers and `workers` worker threads running work(rank, worker)."""
     started = [ParameterServer(s, servers, workers, params, config, ("127.0.0.1", 0), priorities, **sgd)
                for s in range(servers)]
-    addresses = [("127.0.0.1", s.port) for s in started]
-    results, errors = [None] * workers, []
-
-    def run(rank):
-        try:
-            local = [p.detach().clone() for p in params]
-            with worker_class(rank, workers, addresses, local, config, priorities) as worker:
-                results[rank] = work(rank, worker, local)
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(workers)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-    finally:
-        for s in started:
-            s.close()
-    if errors:
-        raise errors[0]
-    return results
+    return run_ps_workers(started, workers, params,
+                          lambda rank, addresses, local: worker_class(rank, workers, addresses, local, config,
+                                                                      priorities), work)
 
 
 @pytest.mark.parametrize("policy", ["vanilla", "geryon"])

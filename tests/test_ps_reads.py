@@ -17,7 +17,7 @@ import torch
 
 from geryon.runtime.ps_reads import (CurrentGroupParams, CurrentParameters, ParameterReads, PendingGroupParams,
                                      PendingParameters, wait_parameters)
-from launch_support import PYTHON, REPO, run_launcher, run_stoppable
+from launch_support import REPO, one_process_result, run_launcher
 
 SCRIPT = REPO / "tests" / "ps_reads_script.py"
 
@@ -99,10 +99,7 @@ def test_a_copy_waits_for_what_it_copies_and_is_plain():
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
-    out = tmp_path_factory.mktemp("single") / "reads.pt"
-    run = run_stoppable([PYTHON, str(SCRIPT), "--out", str(out)], 120)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return torch.load(out, weights_only=True)
+    return one_process_result(SCRIPT, tmp_path_factory.mktemp("single") / "reads.pt")
 
 
 @pytest.mark.slow

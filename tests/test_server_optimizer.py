@@ -12,6 +12,7 @@ from geryon.runtime.ps_optimizer import choose_update
 from geryon.transport.config import TransportConfig
 from geryon.transport.ps_server import ParameterServer
 from geryon.transport.ps_worker import PSWorker
+from transport_support import run_ps_workers
 from geryon.transport.server_optimizer import (STEP_HEADER, OptimizerSpec, check_groups, describe_optimizer,
                                        full_state, hyper_vector, shard_state)
 
@@ -112,30 +113,8 @@ def _serve(workers, params, config, spec, work):
                                step_frames=True,
                                norm_exchange=lambda i, p, s=s: exchange(i, p, s))
                for s in range(servers)]
-    addresses = [("127.0.0.1", s.port) for s in started]
-    results, errors = [None] * workers, []
-
-    def run(rank):
-        try:
-            local = [p.detach().clone() for p in params]
-            with PSWorker(rank, workers, addresses, local, config) as worker:
-                results[rank] = work(rank, worker, local)
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(workers)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-    finally:
-        for s in started:
-            s.close()
-    if errors:
-        raise errors[0]
-    return results
-
+    return run_ps_workers(started, workers, params,
+                          lambda rank, addresses, local: PSWorker(rank, workers, addresses, local, config), work)
 
 
 def test_step_and_pull_sent_ahead_with_absent_tensors_follow_one_process():

@@ -9,15 +9,7 @@ from geryon.errors import ConfigError
 from geryon.transport.allreduce import reference_allreduce_tensors
 from geryon.transport.config import TransportConfig
 from geryon.transport.staging import SLOTS, HostStaging, StagedSlice, staging_for
-from transport_support import serve_world_of_threads
-
-SIZES = (1, 7, 3001, 1, 10007, 2)
-PRIORITIES = [0, 1, 1, 0, 1, 0]
-
-
-def _inputs(world, dtype, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    return [[torch.randn(n, generator=generator).to(dtype) for n in SIZES] for _ in range(world)]
+from transport_support import PRIORITIES, assert_sum_and_avg_exact, serve_world_of_threads, tensor_inputs
 
 
 def test_host_staging_adds_a_landed_slice_and_divides_in_the_buckets_dtype():
@@ -90,28 +82,13 @@ def test_staging_for_refuses_devices_it_cannot_carry_and_cuda_without_a_gpu():
 @pytest.mark.parametrize("world", [2, 3, 4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_staged_allreduce_is_bit_exact_with_the_ring_on_host_buffers(world, dtype):
-    config = TransportConfig(secret="t", slice_bytes=1024, bucket_bytes=4096, timeout=20)
-    inputs = _inputs(world, dtype)
-
-    def body(group):
-        summed = [t.clone() for t in inputs[group.rank]]
-        group.allreduce(summed, PRIORITIES)
-        averaged = [t.clone() for t in inputs[group.rank]]
-        group.allreduce(averaged, PRIORITIES, op="avg")
-        return summed, averaged
-
-    results = serve_world_of_threads(world, config, body, stage_host=True)
-    want_sum = reference_allreduce_tensors(inputs, PRIORITIES, "sum", 4096)
-    want_avg = reference_allreduce_tensors(inputs, PRIORITIES, "avg", 4096)
-    for summed, averaged in results:
-        assert all(torch.equal(got, want) for got, want in zip(summed, want_sum))
-        assert all(torch.equal(got, want) for got, want in zip(averaged, want_avg))
+    assert_sum_and_avg_exact(world, dtype, stage_host=True)
 
 
 @pytest.mark.parametrize("policy", ["vanilla", "slicing"])
 def test_staged_allreduce_is_exact_under_other_policies(policy):
     config = TransportConfig(secret="t", policy=policy, slice_bytes=1024, bucket_bytes=4096)
-    inputs = _inputs(3, torch.float32, seed=1)
+    inputs = tensor_inputs(3, torch.float32, seed=1)
     results = serve_world_of_threads(
         3, config, lambda g: g.allreduce([t.clone() for t in inputs[g.rank]], PRIORITIES), stage_host=True)
     want = reference_allreduce_tensors(inputs, PRIORITIES, "sum", 4096)
@@ -153,7 +130,7 @@ def test_cuda_allreduce_is_bit_exact_with_the_cpu_ring(world, dtype):
     """CUDA buckets: copies through pinned slots on side streams, sums on the GPU; the same bits as
     the ring's reference (torch's elementwise add in the bucket's dtype, in the same order)."""
     config = TransportConfig(secret="t", slice_bytes=1024, bucket_bytes=4096, timeout=60)
-    inputs = _inputs(world, dtype)
+    inputs = tensor_inputs(world, dtype)
     device = torch.device("cuda", 0)
 
     def body(group):

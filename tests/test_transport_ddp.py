@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.transport_support import free_ports
+from tests.transport_support import free_ports, run_rank_scripts
 
-ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4
 
 
@@ -82,22 +78,7 @@ def train(rank: int, world: int, master_port: int, ports: list[int]) -> dict:
 @pytest.mark.parametrize("world", [2, 3])
 def test_hooked_ddp_matches_default_ddp(world):
     master, *ports = free_ports(world + 1)
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=path)
-    procs = [subprocess.Popen([sys.executable, __file__, str(rank), str(world), str(master),
-                               ",".join(map(str, ports))], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for rank in range(world)]
-    reports = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=120)
-            assert proc.returncode == 0, err[-3000:]
-            reports.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    reports = run_rank_scripts(__file__, world, master, ",".join(map(str, ports)))
     for report in reports:
         assert report["buckets"] >= 2, report
         assert report["moved"] > 1e-3, report            # training really changed the weights

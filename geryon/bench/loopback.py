@@ -42,7 +42,8 @@ from geryon.errors import ConfigError
 BENCH_SECRET = "geryon-loopback-bench"
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports that were free a moment ago (all bound at once, then released)."""
     holders = [socket.socket() for _ in range(count)]
     for s in holders:
         s.bind(("127.0.0.1", 0))
@@ -123,7 +124,7 @@ def run_system(system: str, device: str, world: int, numel: int, repeat: int,
     """(median seconds of rank 0's timed collectives, CPU seconds of every rank) of one system."""
     context = mp.get_context("spawn")
     results = context.Queue()
-    ports = _free_ports(world)
+    ports = free_ports(world)
     procs = [context.Process(target=_rank, args=(r, world, system, device, numel, repeat, ports, slice_bytes,
                                                  results), daemon=True) for r in range(world)]
     for proc in procs:

@@ -28,13 +28,12 @@ An inventory without `emulated` whose addresses lie in a running emulated cluste
 (geryon.cluster.emulated says why).
 """
 
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from geryon.cluster.emulated import dial_namespace, refuse_emulated_addresses
 from geryon.errors import InventoryError, QosProfileError
-from geryon.netconf.qos_profile import QosProfile, check_target, resolve_profile
+from geryon.netconf.qos_profile import QosProfile, check_target, read_toml, resolve_profile
 from geryon.netconf.remote import Endpoint
 from geryon.netconf.render import TARGETS, target_module
 
@@ -96,12 +95,7 @@ def _expand(value: str | None, base: Path) -> str | None:
 def load_inventory(path: "str | Path") -> Inventory:
     """Read and validate an inventory; InventoryError or QosProfileError says what is wrong."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InventoryError(f"inventory {path} does not exist (examples: cluster/*.toml)") from None
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise InventoryError(f"inventory {path} is not readable TOML: {exc}") from None
+    data = read_toml(path, "inventory", InventoryError, missing=" (examples: cluster/*.toml)")
     base = path.parent
     defaults = data.get("defaults", {})
     unknown = set(data) - {"defaults", "host", "switch"}

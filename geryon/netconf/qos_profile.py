@@ -279,17 +279,45 @@ def _check_order(profile: QosProfile) -> None:
                                   f"{lower.name!r} (queue {lower.queue}): a higher class needs a higher queue")
 
 
+def read_toml(path: Path, what: str, error: type[Exception] = QosProfileError, missing: str = "") -> dict:
+    """The parsed TOML file `path` (a `what`: "profile", "inventory"); `error` says it is missing (then
+    `missing`, a hint, follows), unreadable or not TOML."""
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise error(f"{what} {path} does not exist{missing}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"cannot read {what} {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{what} {path} is not valid TOML: {exc}") from exc
+
+
+def refuse_unknown_keys(table: dict, known: "set[str] | frozenset[str]", where: str) -> None:
+    """QosProfileError naming the keys of `table` outside `known` (and the known ones), after `where`
+    ("FILE:", "FILE: class #2 has")."""
+    unknown = set(table) - known
+    if unknown:
+        raise QosProfileError(f"{where} unknown key(s) {', '.join(sorted(unknown))}; "
+                              f"known: {', '.join(sorted(known))}")
+
+
+def fabric_rate_and_ports(data: dict, source: str) -> "tuple[int | None, tuple[str, ...]]":
+    """A file's `rate` (parsed; None when absent) and `ports` (a list of names; none when absent)."""
+    rate = data.get("rate")
+    try:
+        rate = None if rate is None else parse_rate(rate)
+    except RateError as exc:
+        raise QosProfileError(f"{source}: {exc}") from None
+    ports = data.get("ports", [])
+    if not isinstance(ports, list):
+        raise QosProfileError(f"{source}: ports must be a list of names, e.g. [\"Ethernet0\", \"Ethernet4\"]")
+    return rate, tuple(ports)
+
+
 def load_profile(path: "str | Path") -> QosProfile:
     """Read and validate a TOML profile; QosProfileError says what is wrong and where."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise QosProfileError(f"profile {path} does not exist; built-ins: {', '.join(BUILTINS)}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise QosProfileError(f"cannot read profile {path}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise QosProfileError(f"profile {path} is not valid TOML: {exc}") from exc
+    data = read_toml(path, "profile", missing=f"; built-ins: {', '.join(BUILTINS)}")
     from geryon.netconf import tenants  # a tenants file ([[tenant]] tables) compiles to fabric classes
 
     if tenants.is_tenants_file(data):
@@ -299,10 +327,7 @@ def load_profile(path: "str | Path") -> QosProfile:
 
 def profile_from_dict(data: dict, default_name: str = "profile", source: str = "profile") -> QosProfile:
     """Build a profile from parsed TOML (see the module docstring for the keys)."""
-    unknown = set(data) - _PROFILE_KEYS
-    if unknown:
-        raise QosProfileError(f"{source}: unknown key(s) {', '.join(sorted(unknown))}; "
-                              f"known: {', '.join(sorted(_PROFILE_KEYS))}")
+    refuse_unknown_keys(data, _PROFILE_KEYS, f"{source}:")
     entries = data.get("class")
     if not isinstance(entries, list) or not entries:
         raise QosProfileError(f"{source}: no [[class]] tables; give one per priority class, highest first")
@@ -310,10 +335,7 @@ def profile_from_dict(data: dict, default_name: str = "profile", source: str = "
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict):
             raise QosProfileError(f"{source}: class #{index + 1} is not a table")
-        extra = set(entry) - _CLASS_KEYS
-        if extra:
-            raise QosProfileError(f"{source}: class #{index + 1} has unknown key(s) {', '.join(sorted(extra))}; "
-                                  f"known: {', '.join(sorted(_CLASS_KEYS))}")
+        refuse_unknown_keys(entry, _CLASS_KEYS, f"{source}: class #{index + 1} has")
         missing = {"name", "dscp", "queue"} - set(entry)
         if missing:
             raise QosProfileError(f"{source}: class #{index + 1} lacks {', '.join(sorted(missing))}")
@@ -325,20 +347,13 @@ def profile_from_dict(data: dict, default_name: str = "profile", source: str = "
             if default is not None:
                 raise QosProfileError(f"{source}: classes {default!r} and {entry['name']!r} are both default")
             default = entry["name"]
-    rate = data.get("rate")
-    try:
-        rate = None if rate is None else parse_rate(rate)
-    except RateError as exc:
-        raise QosProfileError(f"{source}: {exc}") from None
-    ports = data.get("ports", [])
-    if not isinstance(ports, list):
-        raise QosProfileError(f"{source}: ports must be a list of names, e.g. [\"Ethernet0\", \"Ethernet4\"]")
+    rate, ports = fabric_rate_and_ports(data, source)
     name = data.get("name", default_name)
     ack = data.get("ack_priority", ACK_OFF)
     if not isinstance(ack, str):
         raise QosProfileError(f"{source}: ack_priority must be a string, one of "
                               f"{', '.join(repr(m) for m in ACK_MODES)}; got {ack!r}")
-    return validate_profile(QosProfile(name, tuple(classes), default or classes[-1].name, rate, tuple(ports),
+    return validate_profile(QosProfile(name, tuple(classes), default or classes[-1].name, rate, ports,
                                        ack_priority=ack))
 
 

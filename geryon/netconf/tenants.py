@@ -41,14 +41,13 @@ A job joins with `python -m geryon.launch --tenants FILE --tenant NAME`: its hig
 urgent level's DSCP and its low class on bulk's (`tenant_classes`).
 """
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from geryon.errors import QosProfileError, RateError
+from geryon.errors import QosProfileError
 from geryon.netconf.classes import HIGH_DSCP, LOW_DSCP, PriorityClass, format_classes
-from geryon.netconf.qos_profile import STRICT, WEIGHTED, QosClass, QosProfile, validate_profile
-from geryon.rates import parse_rate
+from geryon.netconf.qos_profile import (STRICT, WEIGHTED, QosClass, QosProfile, fabric_rate_and_ports, read_toml,
+                                        refuse_unknown_keys, validate_profile)
 
 BACKGROUND_DSCP = 8  # CS1, "low-priority data" (RFC 4594): checkpoint writers, data loaders, backups
 BACKGROUND_PERCENT = 10  # the background class's guaranteed share among the weighted classes, default
@@ -156,10 +155,7 @@ def tenant_class_spec(tenants: Tenants, name: str) -> str:
 
 def tenants_from_dict(data: dict, default_name: str = "tenants", source: str = "tenants") -> Tenants:
     """Build Tenants from parsed TOML (see the module docstring for the keys)."""
-    unknown = set(data) - _TENANTS_KEYS
-    if unknown:
-        raise QosProfileError(f"{source}: unknown key(s) {', '.join(sorted(unknown))}; "
-                              f"known: {', '.join(sorted(_TENANTS_KEYS))}")
+    refuse_unknown_keys(data, _TENANTS_KEYS, f"{source}:")
     entries = data.get("tenant")
     if not isinstance(entries, list) or not entries:
         raise QosProfileError(f"{source}: no [[tenant]] tables; give one per job sharing the fabric")
@@ -167,22 +163,12 @@ def tenants_from_dict(data: dict, default_name: str = "tenants", source: str = "
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict) or "name" not in entry:
             raise QosProfileError(f"{source}: tenant #{index + 1} needs a name")
-        extra = set(entry) - _TENANT_KEYS
-        if extra:
-            raise QosProfileError(f"{source}: tenant #{index + 1} has unknown key(s) {', '.join(sorted(extra))}; "
-                                  f"known: {', '.join(sorted(_TENANT_KEYS))}")
+        refuse_unknown_keys(entry, _TENANT_KEYS, f"{source}: tenant #{index + 1} has")
         tenants.append(Tenant(entry["name"], entry.get("weight", 1.0)))
-    rate = data.get("rate")
-    try:
-        rate = None if rate is None else parse_rate(rate)
-    except RateError as exc:
-        raise QosProfileError(f"{source}: {exc}") from None
-    ports = data.get("ports", [])
-    if not isinstance(ports, list):
-        raise QosProfileError(f"{source}: ports must be a list of names, e.g. [\"Ethernet0\", \"Ethernet4\"]")
+    rate, ports = fabric_rate_and_ports(data, source)
     return check_tenants(Tenants(data.get("name", default_name), tuple(tenants),
                                  data.get("background_percent", BACKGROUND_PERCENT),
-                                 rate, tuple(ports)))
+                                 rate, ports))
 
 
 def is_tenants_file(data: dict) -> bool:
@@ -193,12 +179,5 @@ def is_tenants_file(data: dict) -> bool:
 def load_tenants(path: "str | Path") -> Tenants:
     """Read and validate a tenants TOML file; QosProfileError says what is wrong."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise QosProfileError(f"tenants file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise QosProfileError(f"cannot read tenants file {path}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise QosProfileError(f"tenants file {path} is not valid TOML: {exc}") from exc
+    data = read_toml(path, "tenants file")
     return tenants_from_dict(data, default_name=path.stem, source=str(path))

@@ -78,23 +78,6 @@ def check_ddp_options(options: dict) -> float:
     return float(options.get("bucket_cap_mb") or DEFAULT_BUCKET_MB) * 1024 * 1024
 
 
-def open_allreduce_group(job, config, store):
-    """This rank's AllreduceGroup, peers found through the job's store (closed at exit)."""
-    from geryon.transport import AllreduceGroup
-    from geryon.transport.hooks import peers_from_store
-
-    host = jobtransport.listen_host(job)
-    reservation = jobtransport.reserve_port(host)
-    try:
-        port = reservation.getsockname()[1]
-        peers = peers_from_store(store, job.rank, job.world_size, host, port,
-                                 prefix=f"{job.store_prefix}transport/allreduce")
-        group = AllreduceGroup(job.rank, job.world_size, peers, config, listen=(host, port))
-    finally:
-        reservation.close()
-    return group
-
-
 class _Bucket:
     """Consecutive parameters (backward order) of one class and dtype, averaged as one flat tensor."""
 
@@ -182,13 +165,7 @@ class OverlappedAllreduce(SetUpOnFirstForward):
         self.model.register_load_state_dict_pre_hook(self._wait_all_for)
         self.model.register_state_dict_pre_hook(self._wait_all_for)
         self.optimizer.register_step_pre_hook(_replaced)
-        index = {id(p): i for i, p in enumerate(self.params)}
-        for name, module in self.model.named_modules():
-            mine = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
-            if mine:
-                module.register_forward_pre_hook(self._waiter(module, name or "model", mine))
-        for tensor, param in enumerate(self.params):
-            param.register_post_accumulate_grad_hook(self._gradient_ready(tensor))
+        self._hook_layers_and_gradients()
         _install_stand_ins(self.model)
         atexit.register(self.close)
         return OverlapOptimizer(self.optimizer, self)
@@ -212,7 +189,7 @@ class OverlappedAllreduce(SetUpOnFirstForward):
             self.buckets.append(bucket)
             for tensor in tensors:
                 self.bucket_of[tensor] = bucket
-        group = open_allreduce_group(job, config, store)
+        group = jobtransport.open_allreduce_group(job, config, store)
         if job.is_main:
             log.info("geryon: %s classes by %s: %s bytes per class; %d buckets", assignment.method, how,
                      assignment.bytes_per_class(), len(self.buckets))
@@ -439,16 +416,9 @@ class OverlapOptimizer(PSOptimizer):
     def __repr__(self) -> str:
         return f"OverlapOptimizer({self._inner!r})"
 
-    def step(self, closure=None):
-        import torch
-
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+    def _synchronize(self) -> None:
+        """Record this step's settings; each parameter is updated as its reduction lands."""
         self._sync.step()
-        self._inner._opt_called = True   # a scheduler made on the wrapped optimizer sees the step
-        return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self._sync.zero_grad(set_to_none)

@@ -60,21 +60,11 @@ def attach_geryon_hook(ddp, job, timeline=None, optimizer=None):
     collectives = parse_collectives(job.collectives)
     if collectives.process_groups:
         return _attach_class_groups(ddp, job, collectives, optimizer)
-    from geryon.transport import AllreduceGroup
-    from geryon.transport.hooks import GeryonHookState, geryon_ddp_hook, peers_from_store
+    from geryon.transport.hooks import GeryonHookState, geryon_ddp_hook
 
     config = jobtransport.transport_config(job, tracer=timeline.transfer if timeline else None)
     store = jobtransport.open_store(job)
-    prefix = job.store_prefix
-    host = jobtransport.listen_host(job)
-    reservation = jobtransport.reserve_port(host)
-    try:
-        port = reservation.getsockname()[1]
-        peers = peers_from_store(store, job.rank, job.world_size, host, port,
-                                 prefix=f"{prefix}transport/allreduce")
-        group = AllreduceGroup(job.rank, job.world_size, peers, config, listen=(host, port))
-    finally:
-        reservation.close()
+    group = jobtransport.open_allreduce_group(job, config, store)
     atexit.register(group.close)
     priorities = BucketPriorities()
     current = {}

@@ -102,3 +102,19 @@ def reserve_port(host: str) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     return sock
+
+
+def open_allreduce_group(env: RankEnv, config, store):
+    """This rank's AllreduceGroup (the caller closes it), its peers found through the job's store."""
+    from geryon.transport import AllreduceGroup
+    from geryon.transport.hooks import peers_from_store
+
+    host = listen_host(env)
+    reservation = reserve_port(host)
+    try:
+        port = reservation.getsockname()[1]
+        peers = peers_from_store(store, env.rank, env.world_size, host, port,
+                                 prefix=f"{env.store_prefix}transport/allreduce")
+        return AllreduceGroup(env.rank, env.world_size, peers, config, listen=(host, port))
+    finally:
+        reservation.close()

@@ -117,9 +117,13 @@ class PSOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._sync.push_pull()
+        self._synchronize()
         self._inner._opt_called = True  # a scheduler made on the wrapped optimizer sees the step
         return loss
+
+    def _synchronize(self) -> None:
+        """step()'s work between the closure and the scheduler's mark: push, update, pull."""
+        self._sync.push_pull()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         with self._sync.reads.unwaited():   # .grad only: the parameters may still be arriving

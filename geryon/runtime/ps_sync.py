@@ -130,6 +130,18 @@ class SetUpOnFirstForward:
     def __deepcopy__(self, memo):
         return self
 
+    def _hook_layers_and_gradients(self) -> None:
+        """Per module that owns some of `self.params`, a forward pre-hook `self._waiter(module, name,
+        tensors)` (it waits for those tensors); per parameter, a hook `self._gradient_ready(tensor)`
+        that hands its gradient on once backward has accumulated it."""
+        index = {id(p): i for i, p in enumerate(self.params)}
+        for name, module in self.model.named_modules():
+            mine = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
+            if mine:
+                module.register_forward_pre_hook(self._waiter(module, name or "model", mine))
+        for tensor, param in enumerate(self.params):
+            param.register_post_accumulate_grad_hook(self._gradient_ready(tensor))
+
     def _first_forward(self, module, args, kwargs):
         if self.worker is not None or self._setting_up or module is not self.model:
             return None
@@ -185,13 +197,7 @@ class ParameterServerSync(SetUpOnFirstForward):
         # model.state_dict() right after step() would otherwise hold the previous parameters
         self.model.register_state_dict_pre_hook(self._wait_all_for)
         self.optimizer.register_step_pre_hook(_replaced)
-        index = {id(p): i for i, p in enumerate(self.params)}
-        for name, module in self.model.named_modules():
-            mine = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
-            if mine:
-                module.register_forward_pre_hook(self._waiter(module, name or "model", mine))
-        for tensor, param in enumerate(self.params):
-            param.register_post_accumulate_grad_hook(self._gradient_ready(tensor))
+        self._hook_layers_and_gradients()
         atexit.register(self.close)
         return PSOptimizer(self.optimizer, self)
 

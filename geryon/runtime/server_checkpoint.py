@@ -30,8 +30,8 @@ import io
 import json
 import os
 import re
-import tempfile
 
+from geryon import safefiles
 from geryon.errors import ConfigError
 
 MARKER = "step-{step:09d}.done"
@@ -43,26 +43,8 @@ _STEP_RE = re.compile(r"\.?step-(\d+)\.")   # a step's files, and temporary file
 
 
 def replace_bytes(path: str, data: bytes) -> None:
-    """Write `data` to `path` atomically and durably: temporary file, fsync, rename, fsync the folder."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-    folder = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    """Write `data` to `path` atomically and durably, readable by its owner only."""
+    safefiles.replace_bytes(path, data, mode=0o600, durable=True)
 
 
 def consistent_steps(directory: str | None) -> list[int]:

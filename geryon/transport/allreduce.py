@@ -45,7 +45,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from geryon.errors import ConfigError, PeerAborted, ProtocolError
+from geryon.errors import ConfigError, ProtocolError
 from geryon.transport import elementwise
 from geryon.transport.buckets import (Bucket, chunk_bounds, normalize_priorities, pieces,
                                       plan_buckets, plan_digest)
@@ -191,7 +191,6 @@ class AllreduceGroup(PoolOwner):
         self._registered = 0   # collectives below this number have been started here
         self._verified: set[bytes] = set()
         self._digests: dict[int, dict[int, bytes]] = {}
-        self._aborted = False
         self._inboxes: dict[object, _Inbox] = {}   # per receiving flow
         self._outboxes: dict[tuple, HostStaging] = {}   # (sending flow, device) -> its staging
         self.stage_host = stage_host
@@ -261,11 +260,7 @@ class AllreduceGroup(PoolOwner):
 
     def flow_failed(self, flow, exc) -> None:
         """A neighbour's connection broke: pass the news round the ring (ABORT to the other side)."""
-        if isinstance(exc, ProtocolError) or self._aborted or flow.peer_done or self.pool.closed:
-            return
-        self._aborted = True
-        reason = exc.reason if isinstance(exc, PeerAborted) else f"rank {flow.peer_id} failed ({exc})"
-        self.pool.abort(reason, skip_peer=flow.peer_id)
+        self.abort_others(flow, exc, f"rank {flow.peer_id} failed ({exc})")
 
     # -- plan agreement -----------------------------------------------------------------------
     def _verify_plan(self, seq: int, digest: bytes) -> None:

@@ -754,10 +754,21 @@ class PoolOwner:
     """A rank whose connections are one FlowPool (None: nothing to connect); a context manager."""
 
     pool: FlowPool | None
+    _aborted = False   # set once abort_others() has told the other peers
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
+
+    def abort_others(self, flow: Flow, exc: TransportError, reason: str) -> None:
+        """A peer's connection broke: tell every other peer (ABORT), once, so none waits out its timeout.
+
+        Nothing is sent for a protocol error (the peer is not one of ours), for a peer that had finished,
+        or while closing; a PeerAborted passes on its own reason, anything else `reason`."""
+        if isinstance(exc, ProtocolError) or self._aborted or flow.peer_done or self.pool.closed:
+            return
+        self._aborted = True
+        self.pool.abort(exc.reason if isinstance(exc, PeerAborted) else reason, skip_peer=flow.peer_id)
 
     def __enter__(self):
         return self

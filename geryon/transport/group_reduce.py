@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from geryon.errors import ConfigError, PeerAborted, ProtocolError
+from geryon.errors import ConfigError, ProtocolError
 from geryon.transport.buckets import pieces
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
@@ -68,7 +68,6 @@ class GroupReduce(PoolOwner):
         self.policy = config.scheduling
         self._reduces: dict[int, _Reduce] = {}
         self._inflight: dict[object, tuple[_Incoming, int, int]] = {}   # per flow: frame being read
-        self._aborted = False
         self.pool = None
         if world == 1:
             return
@@ -116,11 +115,7 @@ class GroupReduce(PoolOwner):
 
     def flow_failed(self, flow, exc) -> None:
         """A peer's connection broke: tell the other peers (ABORT), so none waits out its timeout."""
-        if isinstance(exc, ProtocolError) or self._aborted or flow.peer_done or self.pool.closed:
-            return
-        self._aborted = True
-        reason = exc.reason if isinstance(exc, PeerAborted) else f"rank {flow.peer_id} failed ({exc})"
-        self.pool.abort(reason, skip_peer=flow.peer_id)
+        self.abort_others(flow, exc, f"rank {flow.peer_id} failed ({exc})")
 
     # -- sending ------------------------------------------------------------------------------
     def _send_all(self, seq: int, reduce: _Reduce, others, flat, view: memoryview, bounds) -> int:

@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from geryon.errors import ConfigError, PeerAborted, ProtocolError, TransportError
+from geryon.errors import ConfigError, ProtocolError, TransportError
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
 from geryon.transport.ps_protocol import shard_layout
@@ -47,7 +47,6 @@ class PSWorker(PoolOwner):
         self.last_progress = time.monotonic()
         self._server_digests: dict[int, bytes] = {}
         self._state_answers: dict[int, bytes] = {}
-        self._aborted = False
         self.pool = FlowPool(rank, config, self, listen=None, peer_label="server")
         for index, address in enumerate(servers):
             self.pool.connect(index, tuple(address))
@@ -181,12 +180,7 @@ class PSWorker(PoolOwner):
 
     def flow_failed(self, flow, exc: TransportError) -> None:
         """A server's connection broke: tell the other servers, which tell their workers."""
-        if isinstance(exc, ProtocolError) or self._aborted or flow.peer_done or self.pool.closed:
-            return
-        self._aborted = True
-        reason = (exc.reason if isinstance(exc, PeerAborted)
-                  else f"worker {self.rank} lost its connection: {exc}")
-        self.pool.abort(reason, skip_peer=flow.peer_id)
+        self.abort_others(flow, exc, f"worker {self.rank} lost its connection: {exc}")
 
     # -- frames from servers ------------------------------------------------------------------
     def tensor_numel(self, tensor_id: int) -> int | None:
