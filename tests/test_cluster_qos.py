@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -53,7 +54,10 @@ class Capture:
 
     def __init__(self, iface: str, netns: str | None = None, bpf: str = EMULATED_NET):
         self.where = f"{netns or 'root'}:{iface}"
-        argv = ["tcpdump", "-i", iface, "-n", "-l", "--immediate-mode", bpf]
+        # packets go to a file (read back in `stop`): a SIGINT that lands while tcpdump writes to a pipe
+        # ends it with "Unable to write output: Interrupted system call" and no summary
+        self.file = tempfile.NamedTemporaryFile(prefix="gy-capture-", suffix=".pcap", delete=False).name
+        argv = ["tcpdump", "-i", iface, "-n", "-U", "--immediate-mode", "-w", self.file, bpf]
         self.proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{netns}", "--", *argv] if netns else argv,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 10
@@ -70,11 +74,16 @@ class Capture:
         if self.proc.poll() is None:
             time.sleep(0.5)  # packets in flight reach the capture before it ends
             self.proc.send_signal(signal.SIGINT)
-        out, err = self.proc.communicate(timeout=10)
-        dropped = re.search(r"(\d+) packets dropped by kernel", err)
-        assert dropped, f"tcpdump on {self.where} gave no summary: {err}"
-        self.dropped = int(dropped.group(1))
-        return [line for line in out.splitlines() if line.strip()]  # it ends its output with an empty line
+        _, err = self.proc.communicate(timeout=10)
+        try:
+            dropped = re.search(r"(\d+) packets dropped by kernel", err)
+            assert dropped, f"tcpdump on {self.where} gave no summary: {err}"
+            self.dropped = int(dropped.group(1))
+            read = subprocess.run(["tcpdump", "-n", "-r", self.file], capture_output=True, text=True, timeout=30)
+            assert read.returncode == 0, read.stderr
+        finally:
+            os.unlink(self.file)
+        return [line for line in read.stdout.splitlines() if line.strip()]
 
 
 def root_interfaces() -> list[str]:

@@ -98,6 +98,6 @@ def test_categorize_vgg19_from_another_directory(venv, tmp_path):
 def test_short_demo_from_another_directory(venv, tmp_path):
     _python, geryon = venv
     result = _run([geryon, "demo", "--iterations", "2", "--hidden", "256", "--workers", "2", "--servers", "1",
-                   "--policies", "geryon", "--json"], cwd=tmp_path, env=_env(), timeout=300)
+                   "--runs", "ps", "--json"], cwd=tmp_path, env=_env(), timeout=300)
     runs = json.loads(result.stdout)["runs"]
-    assert [r["policy"] for r in runs] == ["geryon"] and runs[0]["iterations"] == 2
+    assert [r["run"] for r in runs] == ["geryon PS"] and runs[0]["iterations"] == 2
