@@ -16,6 +16,7 @@ import threading
 import time
 
 import torch
+from transport_support import step_workers_exactly
 
 from geryon.errors import GeryonError, ProtocolError
 from geryon.transport.config import TransportConfig
@@ -225,18 +226,7 @@ def test_authenticated_fuzzing_after_the_join_leaves_training_exact():
     counts, connections, stop = [0, 0], [0, 0], threading.Event()
 
     def step(number: int) -> None:
-        grad = 1.0 + number % 7
-        for worker in workers:
-            worker.push([torch.full((16,), grad), torch.full((1000,), grad)])
-        for worker in workers:
-            worker.iteration += 1
-            worker.pull(worker.iteration)
-        for worker in workers:
-            worker.wait_all()
-        for ref in reference:
-            ref.add_(torch.full_like(ref, grad), alpha=-0.5)
-        for worker in workers:
-            assert all(torch.equal(p, r) for p, r in zip(worker.params, reference))
+        step_workers_exactly(workers, reference, 1.0 + number % 7, lr=0.5)
 
     def fuzz(member: int) -> None:
         rng = random.Random(100 + member)

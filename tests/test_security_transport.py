@@ -13,6 +13,7 @@ import time
 
 import pytest
 import torch
+from transport_support import step_workers_exactly
 
 from geryon.errors import AuthenticationError
 from geryon.transport.config import TransportConfig
@@ -387,18 +388,7 @@ def test_bad_spare_connections_cost_only_themselves_and_stalls_are_cut_on_time()
     steps = [0]
 
     def step() -> None:
-        grad = 1.0 + steps[0] % 7
-        for worker in workers:
-            worker.push([torch.full((16,), grad), torch.full((1000,), grad)])
-        for worker in workers:
-            worker.iteration += 1
-            worker.pull(worker.iteration)
-        for worker in workers:
-            worker.wait_all()
-        for ref in reference:
-            ref.add_(torch.full_like(ref, grad), alpha=-0.5)
-        for worker in workers:
-            assert all(torch.equal(p, r) for p, r in zip(worker.params, reference)), steps[0]
+        step_workers_exactly(workers, reference, 1.0 + steps[0] % 7, lr=0.5, step=steps[0])
         steps[0] += 1
 
     plan = encode_control(Kind.PLAN, bytes(32), job_id=0)

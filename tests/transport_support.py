@@ -103,6 +103,22 @@ def run_ps_workers(servers, workers: int, params, open_worker, work):
     return results
 
 
+def step_workers_exactly(workers, reference, grad: float, lr: float, step=None) -> None:
+    """One synchronous PS step of `workers` (every one pushes `grad` everywhere, then pulls), checked bit
+    for bit against `reference` stepped by plain SGD with `lr` (one server, lr on the mean gradient)."""
+    for worker in workers:
+        worker.push([torch.full_like(p, grad) for p in worker.params])
+    for worker in workers:
+        worker.iteration += 1
+        worker.pull(worker.iteration)
+    for worker in workers:
+        worker.wait_all()
+    for ref in reference:
+        ref.add_(torch.full_like(ref, grad), alpha=-lr)
+    for worker in workers:
+        assert all(torch.equal(p, r) for p, r in zip(worker.params, reference)), step
+
+
 def run_rank_scripts(script, world: int, *args) -> list[dict]:
     """Run `python script RANK WORLD *args` for every rank at once (this repository first on
     PYTHONPATH); each rank's last stdout line, read as JSON. A rank that fails fails the test."""

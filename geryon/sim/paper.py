@@ -1,4 +1,4 @@
-"""The Geryon paper's evaluation figures (slides, INFOCOM 2020; shared/papers/README.md).
+"""The Geryon paper's evaluation figures (Wang et al., INFOCOM 2020, and its slides).
 
 Scaling efficiency with 8 workers, per link and model: vanilla TensorFlow, Partition+Slicing,
 Partition+Slicing+Geryon. The paper has no end-host (TicTac/P3) column in this table; its
