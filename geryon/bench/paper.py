@@ -22,6 +22,13 @@ the sliced ones):
     slicing   slices spread over servers, FIFO (the paper's Partition + Slicing)
     endhost   slices, sender-side priority queue by class (CONV before FC), then arrival
     geryon    slices, one flow per class marked DSCP 46/0, arrival order within a class
+With `mode="allreduce"` the same models, links, workers and compute scale run as a ring of the
+workers (geryon.bench.replay_allreduce: DDP-sized buckets in backward order, each averaged by the ring
+allreduce as soon as backward fills it; no servers, no control row, no slicing table). `vanilla` and
+`slicing` there have no classes (DDP's own order); `+overlap` lets the next forward wait per layer for
+its own parameters (--overlap next-forward) instead of for every bucket (DDP's barrier). The compute
+scale is PS mode's calibrated one (`--compute-scale`, default DEFAULT_COMPUTE_SCALE): the paper
+gives no allreduce figure to calibrate on.
 Inside a class the replayed roles send in arrival order (replay_roles' `--within-class fifo`, the
 paper's Geryon); `+urgency` orders by forward position inside a class too (TicTac/P3-like end-host
 scheduling). Variants for the design investigation are named policy+option (see VARIANTS).
@@ -66,7 +73,9 @@ VARIANTS = {
     "fifo": {"within_class": "fifo"},          # arrival order inside a class (the default already)
     "urgency": {"within_class": "urgency"},    # forward-position order inside a class (TicTac/P3)
     "threshold": {"priority": "threshold"},    # threshold split at --threshold instead of CONV/FC
+    "overlap": {"overlap": "next-forward"},    # allreduce: the next forward waits per layer, not for all
 }
+MODES = ("ps", "allreduce")
 
 
 def policy_transport(name: str, defaults: dict) -> dict:
@@ -136,8 +145,15 @@ class PaperSettings:
     thread_rt: int = THREAD_RT_PRIORITY     # TransportConfig.thread_rt_priority of the roles
     compute_rt: int = COMPUTE_RT_PRIORITY   # SCHED_RR priority of the workers' replayed compute
     ack_priority: str = DEFAULT_ACK_PRIORITY  # pure ACKs on every emulated egress (EmulatedCluster)
+    mode: str = "ps"                        # "ps" or "allreduce" (ring, policies with and without +overlap)
 
     def __post_init__(self):
+        if self.mode not in MODES:
+            raise ConfigError(f"mode {self.mode!r}: choose {' or '.join(MODES)}")
+        overlapped = [name for name in self.policies if "overlap" in name.split("+")[1:]]
+        if self.mode == "ps" and overlapped:
+            raise ConfigError(f"policy {overlapped[0]} is for --mode allreduce; PS mode's counterpart is "
+                              "--pull ahead (each layer's parameters pulled as soon as they are updated)")
         for link in self.links:
             if link not in LINKS:
                 raise ConfigError(f"link {link!r}: choose from {', '.join(LINKS)}")
@@ -187,7 +203,8 @@ class PaperBench:
     # -- the whole run ------------------------------------------------------------------------
     def run(self) -> dict:
         s = self.settings
-        if self.compute_scale is None and "vgg19" not in s.models:
+        if self.compute_scale is None and ("vgg19" not in s.models or s.mode == "allreduce"):
+            # the compute scale is calibrated on the paper's PS cell; allreduce mode reuses that one number
             self.compute_scale = DEFAULT_COMPUTE_SCALE
         models = sorted(s.models, key=lambda m: m != "vgg19")   # VGG-19 first: it calibrates
         self.slice_table_model = models[0]      # the paper's Table IV is VGG-19's; else the first model
@@ -211,10 +228,11 @@ class PaperBench:
                        time_scale=scale.replay_time_scale, size_scale=s.size_scale,
                        spin_margin=s.spin_margin, threshold=s.threshold, nice=s.nice,
                        pull_ahead=s.pull == "ahead", class_thread_nice=s.class_thread_nice,
-                       thread_rt=s.thread_rt, compute_rt=s.compute_rt)
+                       thread_rt=s.thread_rt, compute_rt=s.compute_rt, collective=s.mode)
         name = "p" + uuid.uuid4().hex[:5]
+        roles = s.workers if s.mode == "allreduce" else 2 * s.workers
         self.say(f"{model}: cluster {name}, {spec.hosts} hosts ({s.layout}), starting "
-                 f"{2 * s.workers} role processes")
+                 f"{roles} role processes ({s.mode})")
         with sigterm_as_interrupt(), EmulatedCluster(name, hosts=spec.hosts,
                                                      bw=scale.link_rate(LINKS[s.links[0]]),
                                                      priority=True, ack_priority=s.ack_priority) as cluster:
@@ -230,9 +248,10 @@ class PaperBench:
                 for congestion in s.congestions:
                     for link in s.links:
                         self.run_link(job, model, link, congestion, scale, compute)
-                    if s.control:
+                    if s.control and s.mode == "ps":
                         self.run_control(job, model, congestion, scale, compute)
-                    if model == self.slice_table_model and s.slice_table and "10gbe" in s.links:
+                    if model == self.slice_table_model and s.slice_table and "10gbe" in s.links \
+                            and s.mode == "ps":
                         self.run_slice_table(job, model, congestion, scale, compute)
             finally:
                 job.stop()
@@ -337,6 +356,10 @@ class PaperBench:
         for policy in s.policies:
             trace = self.trace_path(model, link, congestion, policy)
             waits = self.waits.get(trace) if trace else None
+            mode = {"mode": s.mode}
+            if s.mode == "allreduce":   # the paper measured PS only: no paper figure for these cells
+                mode.update(overlap=policy_transport(policy, {}).get("overlap", "barrier"),
+                            paper_scaling_efficiency=None, error_points=None)
             row = make_row(model=model, link=link, policy=policy, workers=s.workers, layout=s.layout,
                            congestion=congestion, times=times[policy], compute_s=compute, batch=s.batch,
                            scale=scale, vanilla_s=vanilla,
@@ -345,7 +368,8 @@ class PaperBench:
                                       s.warmup + s.iterations)),
                                   "trace": trace if waits else None,
                                   "first_layer_wait_s": waits["first_layer_wait_s"] if waits else None,
-                                  "wait_s_per_iteration": waits["wait_s_per_iteration"] if waits else None})
+                                  "wait_s_per_iteration": waits["wait_s_per_iteration"] if waits else None,
+                                  **mode})
             self.rows.append(row)
             self.say(_row_line(row))
 

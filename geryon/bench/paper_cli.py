@@ -1,6 +1,6 @@
 """`geryon bench paper`: the command line of the paper-table benchmark (geryon.bench.paper).
 
-    geryon bench paper [--model vgg19|resnet50|alexnet|inceptionv3|all] [--link 10gbe|40gbe|all]
+    geryon bench paper [--mode ps|allreduce] [--model vgg19|resnet50|alexnet|inceptionv3|all] [--link 10gbe|40gbe|all]
                        [--workers 8] [--layout colocated|separate] [--congestion bbr[,cubic]]
                        [--slice-params 1024K,512K,256K|none] [--timeline DIR] [--json] [--out DIR]
 
@@ -23,6 +23,10 @@ from geryon.rates import parse_rate
 
 def add_commands(commands, bench) -> None:
     paper = bench.add_parser("paper", help="the paper's scaling table, measured (replayed models, emulated cluster)")
+    paper.add_argument("--mode", choices=("ps", "allreduce"), default="ps",
+                       help="ps (default: the paper's parameter servers) or allreduce (a ring of the workers, "
+                            "DDP's buckets; each policy with the barrier and with +overlap unless "
+                            "--policies names +overlap cells itself)")
     paper.add_argument("--model", default="vgg19",
                        help=f"{', '.join(MODELS)}, a comma-separated list, or all (default vgg19)")
     paper.add_argument("--link", default="all", help="10gbe, 40gbe or all (default all: both)")
@@ -99,8 +103,11 @@ def settings_from_args(args):
         raise ConfigError(f"--priority {args.priority!r}: coarse or threshold=T")
     table = () if args.slice_params.lower() in ("", "none") else tuple(
         parse_params(p) for p in args.slice_params.split(","))
-    return PaperSettings(models=models, links=links, workers=args.workers, layout=args.layout,
-                         policies=_list(args.policies), congestions=_list(args.congestion),
+    policies = _list(args.policies)
+    if args.mode == "allreduce":
+        policies = allreduce_policies(policies)
+    return PaperSettings(mode=args.mode, models=models, links=links, workers=args.workers, layout=args.layout,
+                         policies=policies, congestions=_list(args.congestion),
                          repetitions=args.repetitions, warmup=args.warmup, iterations=args.iterations,
                          size_scale=args.size_scale, wall_scale=args.wall_scale,
                          compute_scale=args.compute_scale, slice_params=parse_params(args.slice),
@@ -110,6 +117,14 @@ def settings_from_args(args):
                          nice=args.nice, pull=args.pull, class_thread_nice=args.class_thread_nice,
                          thread_rt=args.thread_rt, compute_rt=args.compute_rt,
                          ack_priority=args.ack_priority)
+
+
+def allreduce_policies(policies: tuple[str, ...]) -> tuple[str, ...]:
+    """Allreduce mode's cells: each policy with DDP's barrier and with +overlap, or, where the list
+    names +overlap cells itself, the list as given (e.g. vanilla,geryon+overlap)."""
+    if any("overlap" in name.split("+")[1:] for name in policies):
+        return policies
+    return tuple(cell for name in policies for cell in (name, f"{name}+overlap"))
 
 
 def _bench_paper(args) -> int:

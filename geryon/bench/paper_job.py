@@ -1,10 +1,14 @@
-"""The replayed PS job of `geryon bench paper`: W workers and W servers, policies switched live.
+"""The replayed job of `geryon bench paper`: W workers and W servers (PS) or a ring of W workers
+(allreduce), policies switched live.
 
     job = PaperJob(cluster, JobSpec(model="vgg19", workers=8, layout="colocated", ...)).start()
     job.connect({"policy": "geryon", "slice_bytes": 40960})   # every rank, one policy
     seconds = job.run(6)          # per iteration, the slowest worker's seconds
     job.drain()                   # every update applied exactly once, checked
     job.set_rate(400_000_000)     # every port of the cluster re-shaped (same processes)
+
+Collectives: "ps" (replay_roles' worker and server) or "allreduce" (replay_allreduce's ring worker,
+host i runs rank i, no servers; each segment's ring listens on a port of its own, RING_PORT_BASE up).
 
 Layouts: "colocated" (the paper's 8 machines): host i runs worker i and server i, so a worker's
 traffic to its own server stays inside the host (loopback) and each host's port carries its
@@ -33,6 +37,9 @@ from geryon.childproc import child_env, module_argv
 from geryon.errors import ConfigError, TransportError
 
 LAYOUTS = ("colocated", "separate")
+COLLECTIVES = ("ps", "allreduce")
+RING_PORT_BASE = 29600     # segment k's ring listens on RING_PORT_BASE + k % RING_PORTS in every host
+RING_PORTS = 2000
 RUN_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 600.0
 
@@ -54,8 +61,13 @@ class JobSpec:
     thread_rt: int = 0        # TransportConfig.thread_rt_priority of every role
     compute_rt: int = 0       # SCHED_RR priority of the workers' replay (compute) thread; 0: normal
     nice: int = 0                    # scheduling niceness of the role processes (negative: ahead of others)
+    collective: str = "ps"           # "ps" or "allreduce" (a ring of the workers, no servers)
 
     def __post_init__(self):
+        if self.collective not in COLLECTIVES:
+            raise ConfigError(f"collective {self.collective!r}: choose one of {', '.join(COLLECTIVES)}")
+        if self.collective == "allreduce" and self.layout != "colocated":
+            raise ConfigError("allreduce mode has no servers: use the colocated layout (one worker per host)")
         if self.layout not in LAYOUTS:
             raise ConfigError(f"layout {self.layout!r}: choose one of {', '.join(LAYOUTS)}")
         if self.workers < 1:
@@ -87,6 +99,7 @@ class PaperJob:
         self.iterations = 0
         self.checks: list[dict] = []
         self.connected = False
+        self.segments = 0
         self._log_dir = tempfile.mkdtemp(prefix="gy-paper-")
 
     def server_host(self, index: int) -> str:
@@ -105,12 +118,13 @@ class PaperJob:
         if self.spec.nice:
             role = ["nice", "-n", str(self.spec.nice), *role]
         extra = self.spec.role_args()
-        for index in range(self.spec.workers):
+        ring = self.spec.collective == "allreduce"
+        for index in range(0 if ring else self.spec.workers):
             self.servers.append(RoleProcess(self.cluster, self.server_host(index),
                                             [*role, "server", "--index", index, *extra], env, self._log_dir))
         for rank in range(self.spec.workers):
             self.workers.append(RoleProcess(self.cluster, self.worker_host(rank),
-                                            [*role, "worker", "--rank", rank, *extra], env, self._log_dir))
+                                            [*role, "ring" if ring else "worker", "--rank", rank, *extra], env, self._log_dir))
         for process in self.servers + self.workers:
             # "ready": imports done, tensors allocated (16 torch imports on 2 loaded cores: minutes)
             process.receive(timeout=START_TIMEOUT_S)
@@ -140,6 +154,9 @@ class PaperJob:
         if self.connected:
             raise TransportError("drain the previous segment before connecting again")
         threshold = self.spec.threshold
+        self.segments += 1
+        if self.spec.collective == "allreduce":
+            return self._connect_ring(transport, trace_prefix)
         for index, server in enumerate(self.servers):
             server.send("listen", threshold=threshold, transport=transport, trace=trace_prefix,
                         applied=self.iterations)
@@ -154,6 +171,17 @@ class PaperJob:
         assignments = {reply["assignment"] for reply in listening + joined}
         if len(plans) != 1 or len(assignments) != 1:
             raise TransportError(f"ranks disagree on the shard plan or the classes: {sorted(plans)}")
+        self.connected = True
+
+    def _connect_ring(self, transport: dict, trace_prefix: str | None) -> None:
+        port = RING_PORT_BASE + self.segments % RING_PORTS
+        peers = [[self.cluster.host(self.worker_host(rank)).ip, port] for rank in range(self.spec.workers)]
+        for worker in self.workers:   # every rank at once: each waits for its neighbours' connections
+            worker.send("connect", threshold=self.spec.threshold, peers=peers, transport=transport,
+                        trace=trace_prefix)
+        joined = [worker.receive() for worker in self.workers]
+        if len({(reply["plan"], reply["assignment"]) for reply in joined}) != 1:
+            raise TransportError(f"ranks disagree on the bucket plan or the classes: {joined}")
         self.connected = True
 
     def run(self, iterations: int) -> tuple[list[float], list[dict]]:

@@ -28,6 +28,10 @@ def markdown_report(record: dict) -> str:
                      f"x the profiled GPU times, in {len(calibration['probes'])} probe(s).")
     else:
         lines.append(f"Compute scale given: **{record['compute_scale']:.3f}** x the profiled GPU times.")
+    if record.get("settings", {}).get("mode") == "allreduce":
+        lines += ["", "Mode: **allreduce** (a ring of the workers, DDP's buckets in backward order; `+overlap`: "
+                  "the next forward waits per layer for its own parameters, else for every bucket). The paper "
+                  "measured PS only, so these cells have no paper figure."]
     lines += ["", f"Scaling: {record.get('scaling_note', '')}.", ""]
     lines += ["| model | link | congestion | policy | iteration s (IQR) | images/s | speedup vs vanilla "
               "| scaling efficiency | paper | error (points) |",

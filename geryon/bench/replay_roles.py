@@ -2,6 +2,7 @@
 
     python -m geryon.bench.replay_roles worker --rank R --workers W --model vgg19 ...
     python -m geryon.bench.replay_roles server --index S --servers M --workers W --model vgg19 ...
+    python -m geryon.bench.replay_roles ring --rank R --workers W --servers W --model vgg19 ...
 
 Each reads one JSON command per line on stdin and answers one JSON line on stdout
 ({"ok": true, ...} or {"ok": false, "error": "..."}); logs go to stderr. The driver
@@ -25,6 +26,7 @@ server answers a shard as soon as its update is made). Commands:
 With `--compute-rt P` the replay thread runs SCHED_RR at P while it steps (compute included): the
 replayed compute stands for a GPU, which a real host's transport threads never delay, so where those
 threads are real-time (`--thread-rt`) the compute runs above them.
+A ring worker (allreduce mode, no servers) is geryon.bench.replay_allreduce's.
 A server holds its shards of every parameter in a `ParameterServer`. Commands:
     listen {threshold}   serve with that assignment on a fresh port; answers the port and digest
     drain                wait until every worker left, keep the shard values, close; answers `applied`
@@ -391,7 +393,7 @@ def _rt_priority(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m geryon.bench.replay_roles")
-    parser.add_argument("role", choices=("worker", "server"))
+    parser.add_argument("role", choices=("worker", "server", "ring"))
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--workers", type=int, required=True)
@@ -430,8 +432,13 @@ def main(argv=None) -> int:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     torch.set_num_threads(1)
     try:
-        if args.role == "worker":
-            worker = ReplayedWorker(args)
+        if args.role in ("worker", "ring"):
+            if args.role == "ring":
+                from geryon.bench.replay_allreduce import ReplayedRingWorker
+
+                worker = ReplayedRingWorker(args)
+            else:
+                worker = ReplayedWorker(args)
             serve_commands("worker", {"connect": worker.connect, "step": worker.step,
                                       "run": worker.run, "compute": worker.compute, "scale": worker.scale,
                                       "drain": worker.drain})
