@@ -6,10 +6,14 @@
                [--slice-params N] [--compute-scale S] [--exact] [--emulated-tcp SIZE_SCALE]
                [--latency-ms MS] [--mtu BYTES] [--json] [--out DIR]
     geryon sim --compare BENCH_PAPER.json      simulated vs measured iteration times
+    geryon sim --mode allreduce [--model M] [--link L] [--workers N] [--policy P,...] [--compute-scale S]
+    geryon sim --mode allreduce --compare PAPER.json    the ring model vs bench paper --mode allreduce
     geryon sim --curve                         the slides' potential speedup vs bandwidth (VGG-19)
 
 Without --compute-scale the ONE compute-time scale is calibrated first (VGG-19, vanilla, 10GbE,
 8 colocated workers -> the paper's 26.9%) and printed; every other cell is predicted with it.
+`--mode allreduce` runs the ring model (geryon.sim.ring) with that same scale: each policy with DDP's
+barrier and with the next forward overlapping the late buckets (+overlap).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ CURVE_GBIT = (1, 2, 5, 10, 20, 40, 100, 200, 400)
 
 def add_commands(commands, bench) -> None:
     parser = commands.add_parser("sim", help="flow-level simulation of PS training under each policy")
+    parser.add_argument("--mode", choices=("ps", "allreduce"), default="ps",
+                        help="ps (default: the PS flow model) or allreduce (the ring model, geryon.sim.ring)")
     parser.add_argument("--model", default="vgg19", help=f"{', '.join(MODELS)} or all")
     parser.add_argument("--link", default="10gbe", choices=sorted(LINKS), help="paper link (default 10gbe)")
     parser.add_argument("--bw", type=float, help="link rate in Gbit/s, 1-400 (overrides --link)")
@@ -112,6 +118,8 @@ def run(args) -> int:
     _setting(args, 1.0)   # validate every flag before any work
     if args.compare:        # each measured row carries its own compute scale: no calibration
         return _compare(args, _setting(args, args.compute_scale or 1.0))
+    if args.mode == "allreduce":
+        return _ring(args, models, policies)
     if args.compute_scale:
         scale = args.compute_scale
         _say(args, f"compute scale {scale:.4g} (given)")
@@ -186,10 +194,56 @@ def _curve(base: SimSetting):
              for g in CURVE_GBIT])
 
 
+def _ring(args, models, policies) -> int:
+    """The ring model's table: per model and policy, the barrier and the overlapped cell."""
+    from geryon.sim.report import json_lines
+    from geryon.sim.ring import OVERLAPS, RingSetting, cell_name, simulate_ring
+
+    scale = args.compute_scale or calibrate(_setting(args, 1.0))
+    _say(args, f"compute scale {scale:.4g} ({'given' if args.compute_scale else 'calibrated on the PS cell'})")
+    rows = []
+    for model in models:
+        setting = RingSetting(model=model, workers=args.workers, compute_scale=scale, mtu=args.mtu,
+                              bw_bps=args.bw * 1e9 if args.bw else LINKS[args.link])
+        for policy in policies:
+            for overlap in OVERLAPS:
+                row = simulate_ring(setting, policy, overlap)
+                row["cell"] = cell_name(policy, overlap)
+                rows.append(row)
+    for row in rows:
+        vanilla = next(r for r in rows if r["model"] == row["model"] and r["cell"] == "vanilla") \
+            if "vanilla" in policies else None
+        row["speedup_vs_vanilla"] = vanilla["iteration_s"] / row["iteration_s"] if vanilla else None
+    if args.json:
+        print(json_lines(rows))
+        return 0
+    print(f"ring allreduce, {args.workers} workers, {(args.bw or LINKS[args.link] / 1e9):g} Gbit/s, "
+          "DDP's 25 MiB buckets")
+    print(f"{'model':<12} {'cell':<16} {'iteration s':>11} {'images/s':>9} {'efficiency':>10} {'vs vanilla':>10}")
+    for row in rows:
+        speed = "-" if row["speedup_vs_vanilla"] is None else f"x{row['speedup_vs_vanilla']:.2f}"
+        print(f"{row['model']:<12} {row['cell']:<16} {row['iteration_s']:>11.3f} {row['images_per_s']:>9.1f} "
+              f"{100 * row['scaling_efficiency']:>9.1f}% {speed:>10}")
+    return 0
+
+
 def _compare(args, base: SimSetting) -> int:
     from geryon.sim.compare import compare, load_rows, summary
 
-    results, skipped = compare(load_rows(args.compare), base)
+    rows = load_rows(args.compare)
+    if args.mode == "allreduce":
+        from geryon.sim.ring import compare_ring, comparison_table
+
+        results, skipped = compare_ring(rows)
+        if args.json:
+            from geryon.sim.report import json_lines
+            print(json_lines(results))
+        else:
+            print("ring model (geryon sim --mode allreduce) vs emulated (bench paper --mode allreduce)")
+            print(comparison_table(results))
+            print(f"{len(results)} rows compared, {skipped} skipped (not an allreduce row)")
+        return 0
+    results, skipped = compare([r for r in rows if r.get("mode", "ps") == "ps"], base)
     if args.json:
         from geryon.sim.report import json_lines
         print(json_lines(results))
