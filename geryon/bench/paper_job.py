@@ -122,9 +122,10 @@ class PaperJob:
         for index in range(0 if ring else self.spec.workers):
             self.servers.append(RoleProcess(self.cluster, self.server_host(index),
                                             [*role, "server", "--index", index, *extra], env, self._log_dir))
+        kind = "ring" if ring else "worker"
         for rank in range(self.spec.workers):
             self.workers.append(RoleProcess(self.cluster, self.worker_host(rank),
-                                            [*role, "ring" if ring else "worker", "--rank", rank, *extra], env, self._log_dir))
+                                            [*role, kind, "--rank", rank, *extra], env, self._log_dir))
         for process in self.servers + self.workers:
             # "ready": imports done, tensors allocated (16 torch imports on 2 loaded cores: minutes)
             process.receive(timeout=START_TIMEOUT_S)

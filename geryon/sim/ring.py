@@ -123,11 +123,15 @@ def ring_finish_times(ready: list[float], work_s: list[float], classes: list[int
     return done
 
 
-def simulate_ring(setting: RingSetting, policy: str, overlap: str = "barrier", iterations: int = 4) -> dict:
-    """One cell: steady-state iteration seconds, images/s and scaling efficiency, as a bench row."""
+def simulate_ring(setting: RingSetting, policy: str, overlap: str = "barrier", iterations: int = 4,
+                  profile: LayerProfile | None = None) -> dict:
+    """One cell: steady-state iteration seconds, images/s and scaling efficiency, as a bench row
+    (`profile`: another model's layers than setting.model's profile)."""
     if overlap not in OVERLAPS:
         raise ConfigError(f"overlap {overlap!r}: choose {' or '.join(OVERLAPS)}")
-    profile = setting.profile()
+    if iterations < 3:
+        raise ConfigError("the steady state needs at least 3 simulated iterations")
+    profile = profile or setting.profile()
     ranking = profile.ranking()
     layer_tensor = {p.name: i for i, p in enumerate(ranking)}
     buckets = ring_buckets(profile, policy, setting.bucket_bytes)
