@@ -46,9 +46,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import hashlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -429,6 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)   # kill -USR1: every thread's stack in the log
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     torch.set_num_threads(1)
     try:
