@@ -110,3 +110,20 @@ def test_sim_mode_allreduce_prints_each_policy_with_and_without_overlap(capsys):
     # network-bound at this compute scale: only priority with the overlap shortens the iteration
     assert by_cell["vanilla+overlap"]["iteration_s"] == pytest.approx(by_cell["vanilla"]["iteration_s"])
     assert by_cell["geryon+overlap"]["speedup_vs_vanilla"] > 1.1
+
+
+@pytest.mark.parametrize("model", ["vgg19", "resnet50", "alexnet", "inceptionv3"])
+def test_the_model_cuts_the_buckets_the_replayed_ring_reduces(model):
+    import torch
+
+    from geryon.bench.replay_ddp import DDP_BUCKET_BYTES, ring_buckets as replayed_buckets
+    from geryon.categorize.classes import coarse_split
+    from geryon.categorize.profiles import resolve_profile
+
+    profile = resolve_profile(model, batch=32)
+    ranking = profile.ranking()
+    params = [torch.zeros(max(1, round(p.bytes / 4 * 0.01))) for p in ranking]   # the bench's size scale
+    coarse = [(cls, 0) for cls in coarse_split(ranking, max_classes=2).class_of]
+    for policy, priorities in (("vanilla", [(0, 0)] * len(ranking)), ("geryon", coarse)):
+        replayed = replayed_buckets(params, priorities, DDP_BUCKET_BYTES * 0.01)
+        assert replayed == [list(b.tensors) for b in ring_buckets(profile, policy)]

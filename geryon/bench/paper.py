@@ -23,7 +23,7 @@ the sliced ones):
     endhost   slices, sender-side priority queue by class (CONV before FC), then arrival
     geryon    slices, one flow per class marked DSCP 46/0, arrival order within a class
 With `mode="allreduce"` the same models, links, workers and compute scale run as a ring of the
-workers (geryon.bench.replay_allreduce: DDP-sized buckets in backward order, each averaged by the ring
+workers (geryon.bench.replay_ddp: DDP-sized buckets in backward order, each averaged by the ring
 allreduce as soon as backward fills it; no servers, no control row, no slicing table). `vanilla` and
 `slicing` there have no classes (DDP's own order); `+overlap` lets the next forward wait per layer for
 its own parameters (--overlap next-forward) instead of for every bucket (DDP's barrier). The compute

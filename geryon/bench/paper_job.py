@@ -7,7 +7,7 @@
     job.drain()                   # every update applied exactly once, checked
     job.set_rate(400_000_000)     # every port of the cluster re-shaped (same processes)
 
-Collectives: "ps" (replay_roles' worker and server) or "allreduce" (replay_allreduce's ring worker,
+Collectives: "ps" (replay_roles' worker and server) or "allreduce" (replay_ddp's ring worker,
 host i runs rank i, no servers; each segment's ring listens on a port of its own, RING_PORT_BASE up).
 
 Layouts: "colocated" (the paper's 8 machines): host i runs worker i and server i, so a worker's

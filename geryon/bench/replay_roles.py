@@ -26,7 +26,7 @@ server answers a shard as soon as its update is made). Commands:
 With `--compute-rt P` the replay thread runs SCHED_RR at P while it steps (compute included): the
 replayed compute stands for a GPU, which a real host's transport threads never delay, so where those
 threads are real-time (`--thread-rt`) the compute runs above them.
-A ring worker (allreduce mode, no servers) is geryon.bench.replay_allreduce's.
+A ring worker (allreduce mode, no servers) is geryon.bench.replay_ddp's.
 A server holds its shards of every parameter in a `ParameterServer`. Commands:
     listen {threshold}   serve with that assignment on a fresh port; answers the port and digest
     drain                wait until every worker left, keep the shard values, close; answers `applied`
@@ -269,13 +269,17 @@ class ReplayedWorker:
         started = time.time()
         with compute_priority(self.args.compute_rt):
             seconds = self.model.step()
-        self.transport.next_iteration()
+        self.iteration_done()
         record = {"seconds": seconds, "blocked_s": self.blocked_s, "start": started}
         now = run_queue_wait_s()
         if waited is not None and now is not None:
             record["run_wait_s"] = now[0] - waited[0]          # the replay (main) thread
             record["run_wait_all_s"] = now[1] - waited[1]      # every thread, summed
         return record
+
+    def iteration_done(self) -> None:
+        """Backward has ended: ask for the next parameters (unless the first push did)."""
+        self.transport.next_iteration()
 
     def run(self, iterations: int) -> dict:
         """`iterations` steps back to back (no driver round trip between them); each one's record."""
@@ -437,9 +441,9 @@ def main(argv=None) -> int:
     try:
         if args.role in ("worker", "ring"):
             if args.role == "ring":
-                from geryon.bench.replay_allreduce import ReplayedRingWorker
+                from geryon.bench.replay_ddp import ReplayedDDPWorker
 
-                worker = ReplayedRingWorker(args)
+                worker = ReplayedDDPWorker(args)
             else:
                 worker = ReplayedWorker(args)
             serve_commands("worker", {"connect": worker.connect, "step": worker.step,

@@ -3,7 +3,7 @@
     row = simulate_ring(RingSetting(model="vgg19", workers=8, bw_bps=10e9, compute_scale=11.0),
                         "geryon", overlap="next-forward")
 
-What it models, as `geryon bench paper --mode allreduce` runs it (geryon.bench.replay_allreduce):
+What it models, as `geryon bench paper --mode allreduce` runs it (geryon.bench.replay_ddp):
   buckets   the tensors (one per profiled layer with parameters) in backward order, cut at DDP's
             25 MiB and wherever the class changes; `vanilla` and `slicing` have no classes (cut by
             size only), `endhost` and `geryon` take the coarse CONV/FC split. A bucket is ready when

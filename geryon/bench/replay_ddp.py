@@ -30,8 +30,7 @@ import threading
 import time
 
 from geryon.bench.replay_roles import (LEARNING_RATE, ReplayedWorker, _check_overrides, _config, _priorities,
-                                       _save_timeline, _wall, applied_updates, compute_priority, params_digest,
-                                       run_queue_wait_s)
+                                       _save_timeline, _wall, applied_updates, params_digest)
 from geryon.errors import ConfigError, TransportError
 from geryon.timeline import RankTimeline
 from geryon.transport import AllreduceGroup
@@ -69,8 +68,8 @@ def ring_buckets(params, priorities, cap_bytes: float) -> list[list[int]]:
     return [[order[entry.index] for entry in bucket.entries] for bucket in planned]
 
 
-class ReplayedRingWorker(ReplayedWorker):
-    """One rank of the ring: the replayed model, its buckets and its (current) AllreduceGroup."""
+class ReplayedDDPWorker(ReplayedWorker):
+    """One rank of a DDP-like ring: the replayed model, its buckets and its (current) AllreduceGroup."""
 
     def __init__(self, args):
         super().__init__(args)
@@ -155,21 +154,11 @@ class ReplayedRingWorker(ReplayedWorker):
         if self.timeline is not None and left - entered > 1e-4:
             self.timeline.span(f"wait {name}", "wait", _wall(entered), _wall(left), args={"tensor": tensor})
 
-    def step(self) -> dict:
-        self.blocked_s = 0.0
-        waited = run_queue_wait_s()
-        started = time.time()
-        with compute_priority(self.args.compute_rt):
-            seconds = self.model.step()
+    def iteration_done(self) -> None:
+        """Backward has ended: every bucket must have started (the next backward fills them again)."""
         if self.next_launch != len(self.buckets):
             raise TransportError(f"backward filled {self.next_launch} of {len(self.buckets)} buckets")
         self.next_launch = 0
-        record = {"seconds": seconds, "blocked_s": self.blocked_s, "start": started}
-        now = run_queue_wait_s()
-        if waited is not None and now is not None:
-            record["run_wait_s"] = now[0] - waited[0]
-            record["run_wait_all_s"] = now[1] - waited[1]
-        return record
 
     def drain(self) -> dict:
         try:
