@@ -164,6 +164,7 @@ def test_a_shards_mean_gradient_is_exact_and_lands_in_one_buffer_made_at_its_fir
     assert all(mean is means[0] for mean in means)
 
 
+@pytest.mark.timing
 def test_a_pull_racing_a_class_flows_registration_still_gets_its_parameters(monkeypatch):
     """A worker's PULL (flow 0) can reach the server while its class-1 flow is between ACCEPT and
     registration: the server waits for that flow instead of skipping the parameter (a 60 s hang once)."""
