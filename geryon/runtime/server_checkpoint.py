@@ -92,7 +92,7 @@ def write_server_file(server, directory: str, step: int) -> None:
     if versions not in ([], [step]):   # [] : a server the plan gave no shard
         raise ConfigError(f"server {server.index}: asked for a checkpoint of step {step}, but its shards are "
                           f"at versions {versions}")
-    shards = {key: (state.param.clone(), state.state()) for key, state in server.shards.items()}
+    shards = {key: (state.value(), state.state()) for key, state in server.shards.items()}
     buffer = io.BytesIO()
     torch.save({"step": step, "shards": shards}, buffer)
     replace_bytes(os.path.join(directory, SERVER_FILE.format(step=step, index=server.index,
