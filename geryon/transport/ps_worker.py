@@ -168,7 +168,8 @@ class PSWorker(PoolOwner):
         """Ask every server for version `iteration` (default: the current one) of its shards."""
         iteration = self.iteration if iteration is None else iteration
         # a pulled value replaces a parameter only after the compute work queued so far (its reads)
-        marks = {p.device: mark(p.device) for p, staged in zip(self.params, self.staged) if staged}
+        marks = {device: mark(device) for device in {p.device for p, staged in zip(self.params, self.staged)
+                                                      if staged}}
         with self.pool.cond:
             self.pull_iteration = iteration
             self._pull_marks = marks
@@ -227,7 +228,8 @@ class PSWorker(PoolOwner):
         """Block until parameter `tensor` (index) holds the pulled version; return it.
 
         A staged tensor on a GPU: block until its shards have landed, then make the caller's
-        current stream wait for their copies to the device (the device is not synchronised).
+        current stream wait for their copies to the device (the device is not synchronised). Every
+        caller waits for them (a reader on another thread or stream too) until the next pull.
         """
         self.pool.wait_until(lambda: self.missing[tensor] == 0,
                              f"parameter {tensor} of iteration {self.pull_iteration}",
@@ -235,7 +237,7 @@ class PSWorker(PoolOwner):
                              progress=lambda: self.last_progress)
         if self.staged[tensor]:
             with self.pool.cond:
-                markers, self.ready[tensor] = self.ready[tensor], []
+                markers = list(self.ready[tensor])
             param = self.params[tensor]
             for marker in markers:
                 if marker is not None:
