@@ -10,7 +10,7 @@ import torch
 from geryon.errors import ConfigError
 from geryon.runtime.device import rank_device, select_device
 from geryon.runtime.env import RankEnv
-from launch_support import EXAMPLE, PYTHON, REPO, clean_env
+from launch_support import EXAMPLE, PYTHON, REPO, clean_env, run_launcher
 
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a CUDA GPU")
 RESNET = REPO / "examples" / "train_resnet.py"
@@ -81,3 +81,16 @@ def test_a_server_device_is_the_cpu_or_a_gpu_this_process_sees():
     else:
         with pytest.raises(ConfigError, match="this server sees no CUDA GPU.*--server-device cpu"):
             server_device("cuda")
+
+
+@NO_GPU
+def test_a_ps_job_with_gpu_servers_on_a_machine_without_one_stops_before_training():
+    """--server-device reaches every server (flag, environment twin, the server role), which stops at
+    its start, saying what to do, and the launcher ends the job with it."""
+    result = run_launcher("--local", "--mode", "ps", "--workers", "2", "--server-device", "cuda", str(EXAMPLE),
+                          "--iterations", "2", "--width", "4", "--train-size", "64", "--test-size", "10",
+                          "--global-batch-size", "8", timeout=120)
+    assert result.returncode != 0
+    assert "server0 failed" in result.stderr
+    assert "server 0: error: --server-device cuda (GERYON_SERVER_DEVICE): this server sees no CUDA GPU" \
+        in result.stderr

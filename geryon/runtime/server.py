@@ -62,6 +62,9 @@ EXIT_WORKER_LOST = 1
 
 def serve(env: RankEnv) -> int:
     """Run this process's server role until the workers leave or the launcher stops it."""
+    from geryon.runtime.device import server_device
+
+    device = server_device(env.server_device, env.local_rank)   # before training starts: a wrong one stops the job
     stopped = event_set_by_signals(signal.SIGTERM, signal.SIGINT)
     index, count, workers = env.server_rank, env.servers or 1, env.workers
     name = f"server {index} of {count}"
@@ -72,11 +75,8 @@ def serve(env: RankEnv) -> int:
         return 0
     import torch
 
-    from geryon.runtime.device import server_device
     from geryon.timeline import rank_timeline
     from geryon.transport import ParameterServer
-
-    device = server_device(env.server_device, env.local_rank)
 
     # a server only updates slices on its transport threads: torch's intra-op threads would split each
     # slice's optimizer step and then spin, burning the CPU the colocated workers need (see
