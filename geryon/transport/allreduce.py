@@ -93,9 +93,9 @@ def piece_bytes(config: TransportConfig, link_rate: float | None, chunk_bytes: f
 def credit_bytes(config: TransportConfig, link_rate: float | None) -> int:
     """What a ring flow of an ordering policy may hold in the kernel, unsent or unacknowledged: one
     rate-sized piece (`piece_bytes` of an unbounded chunk), so an urgent slice queued behind it waits
-    about one piece per link. The kernel's send buffer (`Flow.bound_send_buffer`) is twice that, and
-    lets a flow carry twice the credit per round trip: at the link's rate whenever the round trip is
-    under 2 x slice_seconds."""
+    about one piece per link. The kernel's send buffer (`Flow.bound_send_buffer`) is twice that
+    (capped at net.core.wmem_max), so a flow carries twice the credit per round trip: the link's
+    rate while the round trip stays under 2 x slice_seconds and the cap is not reached."""
     return piece_bytes(config, link_rate, float("inf"))
 
 
