@@ -32,13 +32,12 @@ the ring (preemption by slicing). On each link it waits only behind what is past
 piece being written and what the kernel holds, unsent or unacknowledged, which the credit bounds:
 the flows to the right neighbour get a send buffer of one rate-sized piece (`credit_bytes`, about
 `slice_seconds` at the link's rate), not the kernel's autotuned megabytes that TCP would let fill
-the bottleneck's queue. Under
-geryon each class has a flow of its own, which the hosts' and switches' priority queues order; the
-key orders the collectives that share a flow. The FIFO policies (vanilla, slicing) send collective
-after collective. A receiver matches a slice by its
-header (collective, bucket, offset), never by its arrival order, and a slice of a collective this
-rank has not started yet waits on its flow's receiving thread until the rank starts it. Preemption
-changes when a slice moves, never what is added to what: the sums below are the same bits.
+the bottleneck's queue. Under geryon each class has a flow of its own, which the hosts' and
+switches' priority queues order; the key orders the collectives that share a flow. The FIFO policies
+(vanilla, slicing) send collective after collective. A receiver matches a slice by its header
+(collective, bucket, offset), never by its arrival order, and a slice of a collective this rank has
+not started yet waits on its flow's receiving thread until the rank starts it. Preemption changes
+when a slice moves, never what is added to what: the sums below are the same bits.
 
 Reduction order (deterministic, bit-exact): chunk c is summed along the ring starting at rank c,
     ((x_c + x_{c+1}) + x_{c+2}) + ... + x_{c+world-1}      (indices mod world)

@@ -38,8 +38,8 @@ class Policy:
     def send_key(self, epoch: int, priority: int, urgency: int, seq: int) -> tuple:
         """Sort key of a frame in its flow's send queue (smaller goes first).
 
-        `epoch` (iteration number) comes first so that a later PS iteration never overtakes an
-        earlier one on the same connection, which the PS relies on. The ring uses `collective_key`.
+        `epoch` (a PS iteration, a group reduce's number) comes first so that a later one never
+        overtakes an earlier one on the same connection. The ring allreduce uses `collective_key`.
         """
         if not self.urgency_order:
             return (epoch, seq)
