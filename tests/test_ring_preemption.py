@@ -33,11 +33,13 @@ def assert_exact(results, inputs, priorities, op) -> None:
         assert all(torch.equal(g, w) for g, w in zip(got, want))
 
 
-@pytest.mark.parametrize("policy", ["endhost", "geryon"])
-@pytest.mark.parametrize("world", [3, 4])
-def test_interleaved_classes_stay_bit_exact(world, policy):
+@pytest.mark.parametrize("world, policy, stage_host", [(3, "endhost", False), (4, "endhost", False),
+                                                      (3, "geryon", False), (4, "geryon", False),
+                                                      (3, "endhost", True)])
+def test_interleaved_classes_stay_bit_exact(world, policy, stage_host):
     """Two bulk collectives and two urgent ones, each urgent one started right behind a bulk one and
-    all four in flight at once, in 1 KiB slices: every result is the reference ring's, bit for bit."""
+    all four in flight at once, in 1 KiB slices: every result is the reference ring's, bit for bit,
+    also through the host staging slots that CUDA tensors take (`stage_host`)."""
     config = TransportConfig(secret="t", policy=policy, slice_bytes=1024, max_slice_bytes=1024,
                              bucket_bytes=BUCKET_BYTES, timeout=20)
     calls = [("bulk", (40_000, 3001, 7), [BULK] * 3, "sum"),
@@ -52,7 +54,7 @@ def test_interleaved_classes_stay_bit_exact(world, policy):
                  for tensors, (_, _, priorities, op) in zip(mine, calls)]
         return [work.wait() for work in reversed(works)][::-1]
 
-    results = serve_world_of_threads(world, config, body)
+    results = serve_world_of_threads(world, config, body, stage_host=stage_host)
     for i, (_, _, priorities, op) in enumerate(calls):
         assert_exact([rank_results[i] for rank_results in results], inputs[i], priorities, op)
 
