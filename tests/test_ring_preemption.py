@@ -80,7 +80,8 @@ def slow_loopback(unique_name):
 def test_an_urgent_collective_overtakes_an_earlier_bulk_one_on_every_link(slow_loopback, policy, overtakes):
     """Three ranks on a 200 Mbit/s loopback start a 2 MB bulk collective and, 20 ms later, a 64 KB
     urgent one. Under endhost the urgent one ends on every rank while the bulk one is still running,
-    well within half its time; under vanilla (FIFO: no preemption) it ends only after the bulk one.
+    well within half its time (the credit: with the kernel's autotuned send buffers the bulk queued in
+    the kernel would hold it back); under vanilla (FIFO: no preemption) it ends only after the bulk.
     Both plans are agreed on in a first round, so the second round measures the data alone."""
     world = 3
     config = TransportConfig(secret="t", policy=policy, slice_bytes=64 * 1024, max_slice_bytes=64 * 1024,
