@@ -2,10 +2,12 @@
 
     record = run_tenants_bench(TenantSettings(models=("vgg19", "resnet50")), progress=print)
 
-Every job is a replayed PS job (`paper_job.PaperJob`, "separate" layout: workers on h1..hW, servers on
-h(W+1)..h(2W)), all jobs on the same hosts, so their pulls meet on the switch ports toward the workers. A
-background bulk flow (a checkpoint upload or a dataset reader: `geryon.emulate.traffic`) from one more
-host into h1 shares the same port. Every egress carries the fabric classes (`geryon.netconf.tenants`,
+A job is `MODEL` or `MODEL:ps` (a replayed PS job, `paper_job.PaperJob`, "separate" layout: workers on
+h1..hW, servers on h(W+1)..h(2W)) or `MODEL:allreduce` (a replayed ring allreduce job,
+`replay_allreduce.AllreduceJob`, its ranks on h1..hW). All jobs' workers are on the same hosts, so PS
+pulls and the ring's transfers meet on the switch ports toward the workers. A background bulk flow (a
+checkpoint upload or a dataset reader: `geryon.emulate.traffic`) from one more host into h1 shares the
+same port. Every egress carries the fabric classes (`geryon.netconf.tenants`,
 installed by `geryon.emulate.fabric_classes`). Policies, the order rotated per repetition:
 
     vanilla         whole tensors, one unmarked FIFO flow per peer; background unmarked
@@ -33,6 +35,7 @@ import uuid
 from dataclasses import asdict, dataclass
 
 from geryon.bench.paper_job import JobSpec, PaperJob
+from geryon.bench.replay_allreduce import PORTS_PER_JOB, AllreduceJob
 from geryon.bench.threshold import load_average
 from geryon.emulate.cluster import EmulatedCluster
 from geryon.emulate.fabric_classes import install_profile
@@ -42,7 +45,9 @@ from geryon.netconf.tenants import (BACKGROUND_DSCP, BACKGROUND_PERCENT, Tenant,
                                     tenant_profile)
 
 POLICIES = ("vanilla", "endhost", "fabric", "fabric+weights")
+KINDS = ("ps", "allreduce")
 MAX_JOBS = 3
+RING_PORT = 5400        # allreduce job i listens on RING_PORT + i * PORTS_PER_JOB + its connection count
 SINK_PORT = 5399
 BACKGROUND_SECONDS = 3600  # the sender runs until the segment ends; the sink's count is the measure
 CONNECT_TIMEOUT_S = 60.0
@@ -53,7 +58,7 @@ POLICY_TRANSPORT = {"vanilla": {"policy": "vanilla"}, "endhost": {"policy": "end
 
 @dataclass(frozen=True)
 class TenantSettings:
-    models: tuple[str, ...] = ("vgg19", "resnet50")
+    models: tuple[str, ...] = ("vgg19", "resnet50:allreduce")   # MODEL[:ps|:allreduce], one job each
     workers: int = 2                 # per job
     rate: str = "200mbit"            # every emulated link
     size_scale: float = 0.01
@@ -73,10 +78,28 @@ class TenantSettings:
             raise ConfigError(f"unknown policies {', '.join(unknown)}: choose from {', '.join(POLICIES)}")
         if self.workers < 1 or self.iterations < 1 or self.repetitions < 1 or self.warmup < 0:
             raise ConfigError("workers, iterations and repetitions must be at least 1, warmup at least 0")
+        kinds = [job_kind(text)[1] for text in self.models]
+        if "allreduce" in kinds and self.workers < 2:
+            raise ConfigError("an allreduce job needs at least 2 workers: give --workers 2 or more")
+
+    @property
+    def hosts(self) -> int:
+        """Workers (shared by every job), PS servers (when a job is a PS job), one background sender."""
+        ps = any(job_kind(text)[1] == "ps" for text in self.models)
+        return (2 if ps else 1) * self.workers + 1
+
+
+def job_kind(text: str) -> tuple[str, str]:
+    """'vgg19' or 'vgg19:ps' -> ('vgg19', 'ps'); 'resnet50:allreduce' -> ('resnet50', 'allreduce')."""
+    model, _, kind = text.partition(":")
+    kind = kind or "ps"
+    if kind not in KINDS or not model:
+        raise ConfigError(f"job {text!r}: give MODEL, MODEL:ps or MODEL:allreduce")
+    return model, kind
 
 
 def job_names(models) -> list[str]:
-    return [f"{model}-{index}" for index, model in enumerate(models)]
+    return [f"{model}-{kind}-{index}" for index, (model, kind) in enumerate(map(job_kind, models))]
 
 
 def gpu_intensity(compute_s: float, model_bytes: float) -> float:
@@ -104,23 +127,28 @@ class TenantsBench:
         self.progress = progress or (lambda _line: None)
         self.names = job_names(settings.models)
         self.cluster = None
-        self.jobs: list[PaperJob] = []
+        self.jobs: list[PaperJob | AllreduceJob] = []
         self.compute_s: list[list[float]] = []
         self.weights: list[float] = []
 
     @property
     def background_host(self) -> str:
-        return f"h{2 * self.s.workers + 1}"
+        return f"h{self.s.hosts}"
 
     def start(self) -> None:
         s = self.s
-        self.cluster = EmulatedCluster("n" + uuid.uuid4().hex[:5], hosts=2 * s.workers + 1, bw=s.rate,
+        self.cluster = EmulatedCluster("n" + uuid.uuid4().hex[:5], hosts=s.hosts, bw=s.rate,
                                        ack_priority="off").up()
-        for model in s.models:
+        for index, (model, kind) in enumerate(map(job_kind, s.models)):
             spec = JobSpec(model=model, workers=s.workers, layout="separate", time_scale=s.time_scale,
                            size_scale=s.size_scale)
-            self.jobs.append(PaperJob(self.cluster, spec).start())
-            self.progress(f"job {model}: {s.workers} workers, {s.workers} servers started")
+            if kind == "ps":
+                self.jobs.append(PaperJob(self.cluster, spec).start())
+                self.progress(f"job {model} (PS): {s.workers} workers, {s.workers} servers started")
+            else:
+                port = RING_PORT + index * PORTS_PER_JOB
+                self.jobs.append(AllreduceJob(self.cluster, spec, port).start())
+                self.progress(f"job {model} (ring allreduce): {s.workers} workers started")
         for job in self.jobs:
             nominal = [worker.call("compute", iterations=1)["nominal_s"] for worker in job.workers]
             self.compute_s.append(nominal)
@@ -269,9 +297,11 @@ def run_tenants_bench(settings: TenantSettings, progress=None) -> dict:
 
 
 def add_command(bench) -> None:
-    parser = bench.add_parser("tenants", help="2-3 replayed jobs and a background flow on one emulated fabric")
-    parser.add_argument("--models", default="vgg19,resnet50",
-                        help="one replayed PS job per model, comma-separated (default vgg19,resnet50)")
+    parser = bench.add_parser("tenants", help="2-3 replayed PS and allreduce jobs and a background flow on one "
+                                "emulated fabric")
+    parser.add_argument("--models", default="vgg19,resnet50:allreduce",
+                        help="one replayed job per entry, comma-separated: MODEL or MODEL:ps (a PS job), "
+                             "MODEL:allreduce (a ring allreduce job) (default vgg19,resnet50:allreduce)")
     parser.add_argument("--workers", type=int, default=2, help="workers per job, each job as many servers")
     parser.add_argument("--rate", default="200mbit", help="every emulated link (default 200mbit)")
     parser.add_argument("--size-scale", type=float, default=0.01, help="tensor sizes x this (default 0.01)")
