@@ -17,6 +17,10 @@ installed by `geryon.emulate.fabric_classes`). Policies, the order rotated per r
                     compute per iteration over its bytes per iteration, Crux's GPU intensity) gets the
                     strict urgent level, the others weighted levels below it
 
+The emulated links run without segmentation offload (`offload=False`): with it, TCP hands 64 KB
+super-packets to the queues and HTB's round robin serves one packet per class per turn whatever its
+size, so the bulk and background classes split a port about evenly instead of by their weights.
+
 Per policy and job: the median iteration time (the slowest worker's per iteration) and GPU-time
 utilisation (compute seconds / wall seconds summed over the job's workers); in aggregate, the same sum
 over every job; the background flow's goodput, against its guaranteed floor (background_percent of the
@@ -69,7 +73,7 @@ class TenantSettings:
     background_percent: int = BACKGROUND_PERCENT
     background: bool = True
     policies: tuple[str, ...] = POLICIES
-    offload: bool = False            # GSO/TSO on the emulated links (see the module docstring)
+    offload: bool = False            # GSO/TSO on the emulated links (the module docstring says why not)
 
     def __post_init__(self):
         if not 1 <= len(self.models) <= MAX_JOBS:
