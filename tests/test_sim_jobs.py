@@ -44,6 +44,14 @@ def test_a_job_alone_on_a_fast_fabric_is_compute_bound():
     assert result["aggregate_utilisation"] == pytest.approx(1.0, abs=0.01) and result["background_share"] is None
 
 
+def test_a_shared_cpu_stretches_compute_but_not_the_utilisations_numerator():
+    setting = JobsSetting(jobs=(JobMix("resnet50", "ps"),), rate_bps=400e9, size_scale=0.001, background=False,
+                          compute_s=(0.1,), cpu_wait_s=(0.1,))
+    (job,) = simulate_jobs(setting, "vanilla")["jobs"]
+    assert job["median_iteration_s"] == pytest.approx(0.2, rel=0.01)
+    assert job["compute_s"] == pytest.approx(0.1) and job["utilisation"] == pytest.approx(0.5, rel=0.01)
+
+
 def test_a_ring_on_a_slow_fabric_waits_for_its_bytes():
     setting = JobsSetting(jobs=(JobMix("resnet50", "allreduce"),), workers=4, rate_bps=10e6, size_scale=0.01,
                           background=False)
@@ -93,5 +101,6 @@ def test_a_record_compares_with_its_own_simulation(tmp_path, capsys):
     assert all(r.get("utilisation_error", 0) == pytest.approx(0, abs=1e-9) for r in rows)
     path = tmp_path / "record.json"
     path.write_text(json.dumps(record))
-    assert run_jobs(argparse.Namespace(jobs="", compare=str(path), json=False)) == 0   # geryon sim --jobs --compare
+    args = argparse.Namespace(jobs="", compare=str(path), json=False, cpu_wait=False)   # sim --jobs --compare
+    assert run_jobs(args) == 0
     assert "largest error: iteration time 0.0%" in capsys.readouterr().out

@@ -124,6 +124,13 @@ def utilisation(compute_s: list[float], steps: list[list[dict]]) -> dict:
     return {"compute_s": compute, "wall_s": wall, "utilisation": compute / wall if wall else 0.0}
 
 
+def cpu_wait(steps: list[list[dict]]) -> float | None:
+    """Seconds per iteration a job's replay thread was runnable but waiting for a CPU (the workers' mean;
+    None where /proc schedstat is missing): the share of an iteration the emulation's shared cores add."""
+    waits = [step["run_wait_s"] for worker in steps for step in worker if "run_wait_s" in step]
+    return statistics.mean(waits) if waits else None
+
+
 class TenantsBench:
     """One emulated cluster, the jobs' role processes started once, segments per policy."""
 
@@ -191,7 +198,7 @@ class TenantsBench:
         for name, job_steps, compute in zip(self.names, steps, self.compute_s):
             slowest = [max(worker[i]["seconds"] for worker in job_steps) for i in range(s.iterations)]
             jobs.append({"job": name, "median_iteration_s": statistics.median(slowest),
-                         **utilisation(compute, job_steps),
+                         **utilisation(compute, job_steps), "cpu_wait_s": cpu_wait(job_steps),
                          "classes": tenant_class_spec(tenants, name) if fabric else "unmarked"})
         compute = sum(j["compute_s"] for j in jobs)
         wall = sum(j["wall_s"] for j in jobs)

@@ -88,6 +88,7 @@ class JobsSetting:
     warmup: int = WARMUP
     frame_bytes: int = ETHERNET_FRAME_BYTES   # EMULATED_FRAME_BYTES for an emulated (veth, HTB) port
     compute_s: tuple[float, ...] | None = None   # per job, measured compute per iteration (overrides profile)
+    cpu_wait_s: tuple[float, ...] | None = None  # per job, seconds per iteration its compute waited for a CPU
 
     def __post_init__(self):
         if not self.jobs:
@@ -232,9 +233,11 @@ class _Job:
         scale = setting.compute_scale
         if setting.compute_s is not None:    # measured compute: the profile's shape, the measured total
             scale = setting.compute_s[index] / ((profile.forward_ns + profile.backward_ns) * 1e-9)
+        self.compute_s = (profile.forward_ns + profile.backward_ns) * 1e-9 * scale   # the GPU's, utilisation's
+        if setting.cpu_wait_s is not None:   # a shared CPU stretches every layer's replay alike
+            scale *= 1 + setting.cpu_wait_s[index] / self.compute_s
         self.forward_s = [layer.forward_ns * 1e-9 * scale for layer in self.layers]
         self.backward_s = [layer.backward_ns * 1e-9 * scale for layer in self.layers]
-        self.compute_s = sum(self.forward_s) + sum(self.backward_s)
         ranking = profile.ranking()
         classes = threshold_split(ranking, [THRESHOLD], metric="position", max_classes=2).class_of
         index_of = {layer.name: i for i, layer in enumerate(self.layers)}
@@ -450,13 +453,26 @@ def setting_from_record(record: dict) -> JobsSetting:
                        compute_s=tuple(statistics.mean(c) for c in record["compute_s"]))
 
 
-def compare_record(record: dict) -> list[dict]:
+def measured_cpu_wait(record: dict, policy: str) -> tuple[float, ...] | None:
+    """Per job, the median over the policy's repetitions of its measured CPU wait per iteration."""
+    rows = [r for r in record["rows"] if r["policy"] == policy]
+    waits = [[j.get("cpu_wait_s") for j in r["jobs"]] for r in rows]
+    if not waits or any(w is None for per_row in waits for w in per_row):
+        return None
+    return tuple(statistics.median(column) for column in zip(*waits))
+
+
+def compare_record(record: dict, cpu_wait: bool = False) -> list[dict]:
     """Simulated beside measured, per policy and job: iteration time, utilisation, background share, and the
-    simulation's relative error on the iteration time and the aggregate utilisation."""
+    simulation's relative error on the iteration time and the aggregate utilisation. cpu_wait: each job's
+    compute stretched by the CPU wait the bench measured under that policy (records that have it)."""
     setting = setting_from_record(record)
     rows = []
     for policy, measured in record["summary"].items():
-        simulated = simulate_jobs(setting, policy)
+        waits = measured_cpu_wait(record, policy) if cpu_wait else None
+        if cpu_wait and waits is None:
+            raise ConfigError("this record has no per-job cpu_wait_s: run --compare without --cpu-wait")
+        simulated = simulate_jobs(replace(setting, cpu_wait_s=waits), policy)
         for sim_job, (name, emu_job) in zip(simulated["jobs"], measured["jobs"].items()):
             rows.append({"policy": policy, "job": name, "sim_iteration_s": sim_job["median_iteration_s"],
                          "emu_iteration_s": emu_job["median_iteration_s"],
@@ -510,6 +526,8 @@ def setting_from_args(args) -> JobsSetting:
 
     if args.bw is not None and not 1 <= args.bw <= 400:
         raise ConfigError(f"--bw must be 1-400 Gbit/s, got {args.bw:g}")
+    if args.cpu_wait:
+        raise ConfigError("--cpu-wait takes its waits from a record: give it with --compare")
     if not 0 < args.size_scale <= 1:
         raise ConfigError(f"--size-scale is a byte scale in (0, 1], got {args.size_scale:g}")
     return JobsSetting(jobs=tuple(JobMix.parse(text) for text in args.jobs.split(",") if text.strip()),
@@ -540,7 +558,7 @@ def run_jobs(args) -> int:
             record = json.load(handle)
         if "summary" not in record or "compute_s" not in record:
             raise ConfigError(f"{args.compare} is not a `geryon bench tenants --json` record")
-        rows = compare_record(record)
+        rows = compare_record(record, cpu_wait=args.cpu_wait)
         if args.json:
             print(json.dumps(rows, indent=1))
             return 0
