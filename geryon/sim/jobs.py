@@ -363,8 +363,8 @@ class _Sim:
         self.seq += 1
         heapq.heappush(self.streams.setdefault(key, _Stream()).queue, (chunk.order, self.seq, chunk))
 
-    def finished(self, _index: int) -> None:
-        self.running.discard(_index)
+    def finished(self, index: int) -> None:
+        self.running.discard(index)
 
     def heads(self) -> list[_Chunk]:
         heads = [s.head() for s in self.streams.values() if s.queue]
