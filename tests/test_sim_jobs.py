@@ -78,10 +78,18 @@ def test_up_to_1024_hosts_on_an_oversubscribed_leaf_spine():
         replace(setting, workers=513)
 
 
+def test_segments_start_together_and_steady_state_keeps_every_job_running():
+    setting = JobsSetting(jobs=PS_AND_RING, workers=2, rate_bps=200e6, size_scale=0.01, iterations=4)
+    steady = simulate_jobs(setting, "fabric")
+    segments = simulate_jobs(replace(setting, segments=True), "fabric")
+    # the ring job finishes first; in a segment the PS job's last iterations then run alone, faster
+    assert segments["jobs"][0]["median_iteration_s"] < steady["jobs"][0]["median_iteration_s"]
+
+
 def test_a_record_compares_with_its_own_simulation(tmp_path, capsys):
     models = ("vgg19", "resnet50:allreduce")
     setting = JobsSetting(jobs=tuple(JobMix.parse(m) for m in models), workers=2, rate_bps=200e6,
-                          size_scale=0.01, frame_bytes=14, compute_s=(0.15, 0.1))
+                          size_scale=0.01, frame_bytes=14, compute_s=(0.15, 0.1), warmup=2, segments=True)
     summary = {}
     for policy in ("endhost", "fabric"):
         r = simulate_jobs(setting, policy)

@@ -17,6 +17,11 @@ model's per-layer profile (compute times x compute_scale, parameter bytes x size
              pull of layer l (down); an allreduce sends and receives 2(W-1)/W x its bytes (up and down)
     background  one bulk flow into the host, never ending (a checkpoint reader), from beyond the leaf
 
+Every job runs `warmup` then `iterations` iterations and keeps iterating until all jobs are done
+(steady state), or, with `segments` (how `compare_record` runs a bench record), as the bench runs a
+segment: warm-up, then every job's iterations started together, a job that is done idling, the
+background on from the measured start.
+
 Each stream (job, direction, class) sends its chunks one at a time in its sender's order: FIFO for
 vanilla; the class first, then arrival, for endhost and the fabric policies (the replayed roles'
 `--within-class fifo`). Tensors' classes are the replayed roles' (threshold_split at the job's
@@ -88,6 +93,8 @@ class JobsSetting:
     warmup: int = WARMUP
     frame_bytes: int = ETHERNET_FRAME_BYTES   # EMULATED_FRAME_BYTES for an emulated (veth, HTB) port
     compute_s: tuple[float, ...] | None = None   # per job, measured compute per iteration (overrides profile)
+    segments: bool = False   # as `bench tenants` runs them: warm-up, then every job's iterations started together,
+    #                          a job done idles, background on from the measured start (else: steady state)
     cpu_wait_s: tuple[float, ...] | None = None  # per job, seconds per iteration its compute waited for a CPU
 
     def __post_init__(self):
@@ -287,10 +294,15 @@ class _Job:
                 self.pull(layer)
             self.pushed = set()
         self.iteration += 1
-        if self.iteration < self.sim.setting.warmup + self.sim.setting.iterations:
-            self.start_iteration(now)
-        else:
+        setting = self.sim.setting
+        if setting.segments and self.iteration == setting.warmup:
+            self.sim.warmed(self.index, now)      # the measured iterations start together
+            return
+        if self.iteration >= setting.warmup + setting.iterations:
             self.sim.finished(self.index)
+            if setting.segments or not self.sim.running:
+                return
+        self.start_iteration(now)               # steady: keep the others company until they are done
 
     def param_arrived(self, layer: int, now: float) -> None:
         self.ready.add(layer)
@@ -344,6 +356,7 @@ class _Sim:
         self.seq = 0
         self.streams: dict[tuple, _Stream] = {}
         self.running = set(range(len(setting.jobs)))
+        self.waiting: set[int] = set()
         self.jobs = [_Job(self, i, job, profile) for i, (job, profile)
                      in enumerate(zip(setting.jobs, job_profiles(setting)))]
         self.background_bits = 0.0
@@ -366,9 +379,17 @@ class _Sim:
     def finished(self, index: int) -> None:
         self.running.discard(index)
 
+    def warmed(self, index: int, now: float) -> None:
+        self.waiting.add(index)
+        if len(self.waiting) == len(self.jobs):
+            self.measure_from = now
+            for job in self.jobs:
+                job.start_iteration(now)
+
     def heads(self) -> list[_Chunk]:
         heads = [s.head() for s in self.streams.values() if s.queue]
-        if self.background is not None and self.running:
+        if self.background is not None and self.running and (self.measure_from is not None
+                                                             or not self.setting.segments):
             heads.append(self.background)
         return heads
 
@@ -411,18 +432,19 @@ class _Sim:
             else:
                 chunk.bits -= moved
         self.now += step
-        if self.measure_from is None and all(j.iteration >= self.setting.warmup for j in self.jobs):
+        if (self.measure_from is None and not self.setting.segments
+                and all(j.iteration >= self.setting.warmup for j in self.jobs)):
             self.measure_from = self.now
 
     def result(self) -> dict:
         s = self.setting
         jobs = []
         for job in self.jobs:
-            steps = job.steps[s.warmup:]
+            steps = job.steps[s.warmup:s.warmup + s.iterations]
             iteration = statistics.median(steps)
             jobs.append({"job": f"{job.job.model}-{job.job.kind}-{job.index}", "median_iteration_s": iteration,
                          "compute_s": job.compute_s, "utilisation": job.compute_s / statistics.mean(steps)})
-        wall = sum(statistics.mean(j.steps[s.warmup:]) for j in self.jobs)
+        wall = sum(statistics.mean(j.steps[s.warmup:s.warmup + s.iterations]) for j in self.jobs)
         compute = sum(j.compute_s for j in self.jobs)
         elapsed = self.now - (self.measure_from or 0.0)
         share = None
@@ -449,7 +471,8 @@ def setting_from_record(record: dict) -> JobsSetting:
     return JobsSetting(jobs=tuple(JobMix.parse(m) for m in s["models"]), workers=s["workers"],
                        rate_bps=parse_rate(s["rate"]), size_scale=s["size_scale"], compute_scale=s["time_scale"],
                        background=s["background"], background_percent=s["background_percent"],
-                       iterations=s["iterations"], frame_bytes=EMULATED_FRAME_BYTES,
+                       iterations=s["iterations"], warmup=s["warmup"], segments=True,
+                       frame_bytes=EMULATED_FRAME_BYTES,
                        compute_s=tuple(statistics.mean(c) for c in record["compute_s"]))
 
 
