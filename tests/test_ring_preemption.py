@@ -75,6 +75,7 @@ def slow_loopback(unique_name):
         subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
 
 
+@pytest.mark.timing
 @pytest.mark.root
 @pytest.mark.parametrize("policy, overtakes", [("endhost", True), ("vanilla", False)])
 def test_an_urgent_collective_overtakes_an_earlier_bulk_one_on_every_link(slow_loopback, policy, overtakes):
