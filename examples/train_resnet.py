@@ -10,6 +10,7 @@
     python -m geryon.launch --mode ps --max-restarts 3 --ps-checkpoint-every 10 --ps-checkpoint-dir ps-ckpt
         examples/train_resnet.py                # the servers checkpoint; a restart resumes from them
     python -m geryon.launch --local --nproc-per-node 4 examples/train_resnet.py --device cuda   # on GPUs
+    python -m geryon.launch --local --mode ps --nproc-per-node 2 examples/train_resnet.py --device cuda
 
 What it has, as real scripts have it: a ResNet-style model (residual blocks, BatchNorm, convolutions
 without bias before a norm), AdamW with two parameter groups (weight decay on weights, none on biases

@@ -31,8 +31,10 @@ PS_PULL = "GERYON_PS_PULL"
 MODES = ("allreduce", "ps")                        # MODE
 PS_OPTIMIZER_MODES = ("auto", "server", "worker")  # PS_OPTIMIZER
 PS_PULL_MODES = ("auto", "end", "ahead")           # PS_PULL
+SERVER_DEVICES = ("cpu", "cuda")                   # SERVER_DEVICE, cpu the default
 OVERLAP_MODES = ("barrier", "next-forward")        # OVERLAP, barrier the default
 PS_PLACEMENT = "GERYON_PS_PLACEMENT"
+SERVER_DEVICE = "GERYON_SERVER_DEVICE"   # ps mode: where servers hold their shards and step
 PLAIN_DDP = "GERYON_PLAIN_DDP"         # allreduce mode without geryon's transport: DDP over gloo
 OVERLAP = "GERYON_OVERLAP"             # allreduce mode: barrier or next-forward (geryon.runtime.ddp_overlap)
 TLS = "GERYON_TLS"                   # --tls: TLS on the data flows, per-job credentials
@@ -87,6 +89,7 @@ JOB_VARIABLES = {
     PS_OPTIMIZER: "ps mode: auto, server or worker (who runs the optimizer)",
     PS_PULL: "ps mode: auto, end or ahead (when a worker asks for the next parameters)",
     PS_PLACEMENT: "ps mode: bytes or count (how slices are dealt over the servers)",
+    SERVER_DEVICE: "ps mode: cpu or cuda (where each server holds its shards and runs the optimizer)",
     COLLECTIVES: "allreduce mode: geryon, nccl, nccl-ib:SL,... or gloo-classes (what carries the buckets)",
     OVERLAP: "allreduce mode: barrier or next-forward (when each parameter is updated)",
     PLAIN_DDP: "1: allreduce mode without geryon's transport (the script's own DDP over gloo, as torchrun)",

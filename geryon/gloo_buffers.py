@@ -37,14 +37,19 @@ class KeptBuffers:
         return buffer
 
     def flat(self, name, tensors):
-        """`tensors` copied into one kept buffer, in order (torch.cat's dtype promotion)."""
+        """`tensors` copied into one kept buffer, in order (torch.cat's dtype promotion). The buffer is
+        in host memory whatever the tensors' device (a GPU model's buffers are gathered there first)."""
         import functools
 
         import torch
 
         dtype = functools.reduce(torch.promote_types, (t.dtype for t in tensors))
         buffer = self.get(name, sum(t.numel() for t in tensors), dtype)
-        torch.cat([t.detach().reshape(-1) for t in tensors], out=buffer)
+        pieces = [t.detach().reshape(-1) for t in tensors]
+        if all(t.device.type == "cpu" for t in pieces):
+            torch.cat(pieces, out=buffer)
+        else:
+            buffer.copy_(torch.cat([t.to(dtype) for t in pieces]))
         return buffer
 
 

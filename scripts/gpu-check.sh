@@ -4,9 +4,10 @@
 #   scripts/gpu-check.sh [OUTDIR]        (default: $OUT if set, else ./gpu-check)
 #
 # Runs the tests marked `cuda` (pytest -m cuda, in the test files that use the marker: the NCCL class
-# groups, CUDA tensors on geryon's flows, CUDA training jobs), then the CUDA benches (geryon bench
-# allreduce|transport --device cuda), with the machine's own python3 and packages, from this checkout
-# (PYTHONPATH), installing nothing. The whole run is bounded to 8 minutes. Writes into OUTDIR:
+# groups, CUDA tensors on geryon's flows, PS workers and servers on the GPU, CUDA training jobs in
+# both modes), then the CUDA benches (geryon bench allreduce|transport --device cuda), with the
+# machine's own python3 and packages, from this checkout (PYTHONPATH), installing nothing. The whole
+# run is bounded to 8 minutes. Writes into OUTDIR:
 #   gpu-check.md          the summary: machine, PyTorch, NCCL, each test's outcome (and skip reason),
 #                         each bench's rows
 #   gpu-check.json        the same as data

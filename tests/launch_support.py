@@ -116,6 +116,42 @@ def start_launcher(*args, env=None) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
+class BackgroundLaunch:
+    """A launcher run beside the test's own work: started at once, its pipes drained as it goes, its result
+    read with `result()`; leaving the `with` block stops it (SIGINT, then its process group killed)."""
+
+    def __init__(self, *args, env=None):
+        self.process = start_launcher(*args, env=env)
+        self._output: list[str] = []
+        self._reader = threading.Thread(target=lambda: self._output.extend(self.process.communicate()),
+                                        daemon=True)
+        self._reader.start()
+
+    def result(self, timeout: float) -> subprocess.CompletedProcess:
+        self._reader.join(timeout)
+        if self._reader.is_alive():
+            self.stop()
+            raise AssertionError(f"{self.process.args} ran over {timeout} s; stopped it")
+        out, err = self._output
+        return subprocess.CompletedProcess(self.process.args, self.process.returncode, out, err)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            self._reader.join(30)
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._reader.join(10)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
 def marker() -> str:
     """A unique word to put on rank command lines, to find their processes later."""
     return "gymark" + uuid.uuid4().hex[:8]

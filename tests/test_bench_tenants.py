@@ -1,9 +1,11 @@
-"""geryon bench tenants: utilisation arithmetic, settings checks, and a tiny run of two replayed jobs and a
-background flow on one emulated fabric (every update applied exactly once, checked by the jobs' drains)."""
+"""geryon bench tenants: utilisation arithmetic, settings checks, and a tiny run of a replayed ring allreduce
+job, a replayed PS job and a background flow on one emulated fabric (every update applied exactly once,
+checked by the jobs' drains)."""
 
 import pytest
 
-from geryon.bench.tenants import TenantSettings, run_tenants_bench, summarize, utilisation
+from geryon.bench.tenants import (TenantSettings, job_kind, job_names, run_tenants_bench, summarize,
+                                  utilisation)
 from geryon.errors import ConfigError
 
 
@@ -21,18 +23,31 @@ def test_summary_takes_the_median_over_repetitions():
 
 
 @pytest.mark.parametrize("fields, message", [({"models": ("a",) * 4}, "1 to 3 models"),
-                                             ({"policies": ("fabric", "crux")}, "unknown policies crux")])
+                                             ({"policies": ("fabric", "crux")}, "unknown policies crux"),
+                                             ({"models": ("vgg19:ring",)}, "MODEL:allreduce"),
+                                             ({"models": ("resnet50:allreduce",), "workers": 1},
+                                              "at least 2 workers")])
 def test_settings_say_what_is_wrong(fields, message):
     with pytest.raises(ConfigError, match=message):
         TenantSettings(**fields)
 
 
+def test_jobs_are_ps_unless_marked_allreduce_and_hosts_follow():
+    assert job_kind("vgg19") == ("vgg19", "ps") and job_kind("resnet50:allreduce") == ("resnet50", "allreduce")
+    assert job_names(("vgg19", "resnet50:allreduce")) == ["vgg19-ps-0", "resnet50-allreduce-1"]
+    # workers shared by every job, PS servers on hosts of their own, one background sender
+    assert TenantSettings(models=("vgg19", "resnet50:allreduce"), workers=2).hosts == 5
+    assert TenantSettings(models=("resnet50:allreduce",), workers=3).hosts == 4
+
+
 @pytest.mark.root
-@pytest.mark.slow  # ~60 s on 2 loaded cores: four role processes import torch
-def test_two_jobs_and_background_share_one_fabric():
-    record = run_tenants_bench(TenantSettings(models=("resnet50", "resnet50"), workers=1, iterations=2, warmup=0,
-                                              rate="50mbit", policies=("vanilla", "fabric")))
+@pytest.mark.slow  # ~45 s on 2 loaded cores: six role processes import torch
+def test_allreduce_and_ps_jobs_and_background_share_one_fabric():
+    record = run_tenants_bench(TenantSettings(models=("resnet50:allreduce", "resnet50"), workers=2,
+                                              iterations=2, warmup=0, rate="50mbit",
+                                              policies=("vanilla", "fabric")))
     vanilla, fabric = record["rows"]
+    assert [j["job"] for j in fabric["jobs"]] == ["resnet50-allreduce-0", "resnet50-ps-1"]
     assert [j["classes"] for j in vanilla["jobs"]] == ["unmarked", "unmarked"]
     assert [j["classes"] for j in fabric["jobs"]] == ["high:46,low:0", "high:46,low:0"]  # equal weights
     for row in record["rows"]:
@@ -43,3 +58,4 @@ def test_two_jobs_and_background_share_one_fabric():
         assert 0 < row["background_share"] < 1  # the background flow moved bytes through the shared port
     assert fabric["background_floor"] == 0.1 and vanilla["background_floor"] is None
     assert record["weights"][0] == pytest.approx(record["weights"][1])  # the same model: the same intensity
+    # every segment's drain checked that each ring rank applied every iteration's average exactly once

@@ -44,6 +44,7 @@ def test_bench_priority_saw_the_bulk():
     assert len(records) == 1 and records[0]["bulk_bytes_seen"] > 0 and records[0]["ratio_vs_unloaded"] > 0
 
 
+@pytest.mark.timing
 def test_bench_allreduce_times_the_wire_ring_like_the_collectives():
     """The wire's ceiling (plain TCP streams of each ring link's bytes) is a row field, timed the same
     way: 3 ranks x 1 MB, each port carries 2/3 MB; at 100 Mbit/s that takes about 53 ms."""

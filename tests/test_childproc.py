@@ -18,6 +18,7 @@ def test_records_of_children_that_all_succeed():
     assert finish_all(children, timeout=30) == [[{"rank": 0}], [{"rank": 1}], [{"rank": 2}]]
 
 
+@pytest.mark.timing
 def test_the_failure_seen_first_is_raised_not_the_first_child():
     """rank 1 fails first; rank 0 fails later (as a peer would, on the closed connection); rank 2
     would run on and is killed after the grace period."""
@@ -34,6 +35,7 @@ def test_the_failure_seen_first_is_raised_not_the_first_child():
     assert all(not child.running() for child in children)
 
 
+@pytest.mark.timing
 def test_a_hung_child_shows_where_its_threads_were():
     """Past its timeout a Python child is aborted first, so the error carries its threads' stacks."""
     code = ("import threading, time\n"

@@ -145,6 +145,7 @@ def sshd_cluster(host_cluster):
     inventory.write_text(text)
 
 
+@pytest.mark.timing
 def test_up_check_down_from_the_host_shell_restores_every_queue(sshd_cluster, tmp_path, nothing_leaves):
     cluster, inventory = sshd_cluster
     assert f'emulated = "{cluster.name}"' in inventory.read_text()

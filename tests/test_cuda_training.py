@@ -1,7 +1,8 @@
 """CUDA jobs end where one CUDA process does: examples/train_resnet.py (AdamW, schedule, clipping)
 and the demo's CNN, 2 and 4 ranks sharing one GPU (geryon's flows are TCP, so `geryon.launch
---local` runs them) in allreduce mode; --mode ps refuses CUDA parameters before training. Skipped
-where no GPU is visible; scripts/gpu-check.sh runs them on a GPU machine."""
+--local` runs them) in allreduce mode, and 2 CUDA workers with one parameter server in --mode ps
+(the server on the CPU, or on the GPU with --server-device cuda). Skipped where no GPU is visible;
+scripts/gpu-check.sh runs them on a GPU machine."""
 
 import pytest
 import torch
@@ -66,12 +67,30 @@ def test_the_demo_cnn_on_cuda_ranks_follows_the_single_cuda_process_curve(world,
     assert curve == pytest.approx(cnn_single, rel=1e-4, abs=1e-5)
 
 
-def test_ps_mode_refuses_cuda_parameters_before_training():
-    import geryon
-    from geryon.errors import ConfigError
-    from geryon.runtime.env import RankEnv
+def _launch_ps(script, args, *flags, tmp_path=None):
+    out = ["--out", tmp_path / "final.pt"] if tmp_path is not None else []
+    result = run_launcher("--local", "--nproc-per-node", "2", "--mode", "ps", "--servers", "1", *flags, script,
+                          *args, *out, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
 
-    model = torch.nn.Linear(2, 2).cuda()
-    with pytest.raises(ConfigError, match="--mode ps trains CPU parameters only: weight is on cuda"):
-        geryon.distribute(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                          job=RankEnv.from_environ({"GERYON_MODE": "ps"}))
+
+def test_resnet_on_cuda_ps_workers_ends_with_the_single_cuda_process_parameters(resnet_single, tmp_path):
+    """AdamW (two groups, warm-up + cosine) on a CPU server, clipping of the averaged gradient, the
+    optimizer state gathered from the server into a checkpoint: the single CUDA process's parameters."""
+    result = _launch_ps(RESNET, [*RESNET_ARGS, "--checkpoint-dir", tmp_path, "--checkpoint-every", "4"],
+                        tmp_path=tmp_path)
+    assert "running AdamW" in "".join(rank_lines(result.stdout, "server0"))
+    checkpoint = torch.load(tmp_path / "step-4.pt", weights_only=True, map_location="cpu")
+    assert checkpoint["step"] == 4 and checkpoint["optimizer"]["state"]
+    assert parameters(tmp_path / "final.pt") == pytest.approx(parameters(resnet_single[2]), rel=1e-4, abs=1e-5)
+
+
+def test_the_demo_cnn_on_cuda_ps_workers_and_a_gpu_server_follows_the_single_cuda_process_curve(cnn_single):
+    """The server holds its shards on the GPU and steps there; the workers pull ahead (each layer's
+    parameters come back while backward runs, the next forward waits on their copies' events)."""
+    result = _launch_ps(EXAMPLE, CNN_ARGS, "--server-device", "cuda", "--ps-pull", "ahead")
+    assert "running SGD on cuda" in "".join(rank_lines(result.stdout, "server0"))
+    records = json_records(rank_lines(result.stdout, "worker0"))
+    assert records[-1]["mode"] == "ps"
+    assert loss_curve(records) == pytest.approx(cnn_single, rel=1e-4, abs=1e-5)

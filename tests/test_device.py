@@ -1,5 +1,6 @@
 """The rank's device (geryon.runtime.device): the CPU where no GPU is visible, the rank's GPU by
-LOCAL_RANK where one is; the examples' --device, and its clear refusal of cuda without a GPU."""
+LOCAL_RANK where one is; the examples' --device and a parameter server's --server-device, and their
+clear refusal of cuda without a GPU."""
 
 import subprocess
 
@@ -9,7 +10,7 @@ import torch
 from geryon.errors import ConfigError
 from geryon.runtime.device import rank_device, select_device
 from geryon.runtime.env import RankEnv
-from launch_support import EXAMPLE, PYTHON, REPO, clean_env
+from launch_support import EXAMPLE, PYTHON, REPO, clean_env, run_launcher
 
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a CUDA GPU")
 RESNET = REPO / "examples" / "train_resnet.py"
@@ -57,12 +58,39 @@ def test_local_ranks_share_the_visible_gpus_in_turn():
     assert select_device("cuda", 1) == torch.device("cuda", 1 % count)
 
 
-def test_ps_mode_refuses_parameters_off_the_cpu_before_training():
-    """A model on a device (here the meta device, which any machine has) is refused in --mode ps by
-    distribute(), naming the parameter and what works instead."""
+def test_ps_mode_refuses_parameters_neither_on_the_cpu_nor_a_gpu_before_training():
+    """A model on another device (here the meta device, which any machine has) is refused in --mode
+    ps by distribute(), naming the parameter and what works instead."""
     import geryon
 
     model = torch.nn.Linear(2, 2, device="meta")
     job = RankEnv.from_environ({"GERYON_MODE": "ps"})
-    with pytest.raises(ConfigError, match="--mode ps trains CPU parameters only: weight is on meta.*--mode allreduce"):
+    with pytest.raises(ConfigError, match="--mode ps trains parameters on the CPU or a CUDA GPU: "
+                                          "weight is on meta.*--mode allreduce"):
         geryon.distribute(model, torch.optim.SGD(model.parameters(), lr=0.1), job=job)
+
+
+def test_a_server_device_is_the_cpu_or_a_gpu_this_process_sees():
+    from geryon.runtime.device import server_device
+
+    assert server_device("cpu", 3) == torch.device("cpu")
+    with pytest.raises(ConfigError, match="--server-device 'tpu': use one of cpu, cuda"):
+        server_device("tpu")
+    if torch.cuda.is_available():
+        assert server_device("cuda", 0) == torch.device("cuda", 0)
+    else:
+        with pytest.raises(ConfigError, match="this server sees no CUDA GPU.*--server-device cpu"):
+            server_device("cuda")
+
+
+@NO_GPU
+def test_a_ps_job_with_gpu_servers_on_a_machine_without_one_stops_before_training():
+    """--server-device reaches every server (flag, environment twin, the server role), which stops at
+    its start, saying what to do, and the launcher ends the job with it."""
+    result = run_launcher("--local", "--mode", "ps", "--workers", "2", "--server-device", "cuda", str(EXAMPLE),
+                          "--iterations", "2", "--width", "4", "--train-size", "64", "--test-size", "10",
+                          "--global-batch-size", "8", timeout=120)
+    assert result.returncode != 0
+    assert "server0 failed" in result.stderr
+    assert "server 0: error: --server-device cuda (GERYON_SERVER_DEVICE): this server sees no CUDA GPU" \
+        in result.stderr

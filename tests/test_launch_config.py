@@ -68,6 +68,24 @@ def test_ps_placement_flag_twin_and_rank_environment():
     assert every_rank == {"count"}   # workers and servers alike: the plan digest needs them to agree
 
 
+def test_server_device_flag_twin_rank_environment_and_refusals():
+    from geryon.launch.environment import job_environment
+    from geryon.launch.placement import place_on_one_host
+    from geryon.runtime.env import RankEnv
+    assert parse("--local", "--mode", "ps", SCRIPT).server_device == "cpu"
+    config = parse("--local", "--mode", "ps", "--server-device", "cuda", SCRIPT)
+    assert config.server_device == "cuda"
+    assert parse("--local", "--mode", "ps", SCRIPT, GERYON_SERVER_DEVICE="cuda").server_device == "cuda"
+    ranks = [job_environment(config, spec, "127.0.0.1", 1, 1) for spec in place_on_one_host(config)]
+    assert {RankEnv.from_environ(env).server_device for env in ranks} == {"cuda"}
+    with pytest.raises(ConfigError, match="--server-device cuda applies to --mode ps only"):
+        parse("--local", "--server-device", "cuda", SCRIPT)
+    with pytest.raises(ConfigError, match="--server-device"):
+        parse("--local", "--mode", "ps", "--server-device", "tpu", SCRIPT)
+    with pytest.raises(ConfigError, match="GERYON_SERVER_DEVICE='gpu': use cpu, cuda"):
+        RankEnv.from_environ({"GERYON_SERVER_DEVICE": "gpu"})
+
+
 def test_flag_wins_over_twin():
     assert parse("--local", "--workers", "5", SCRIPT, GERYON_WORKERS="3").workers == 5
 

@@ -65,6 +65,7 @@ def test_failing_rank_stops_the_others(rank_script, tmp_path):
     assert_no_processes(word)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_rank_ignoring_sigterm_is_killed_after_grace(rank_script, tmp_path):
     word = marker()
@@ -76,6 +77,7 @@ def test_rank_ignoring_sigterm_is_killed_after_grace(rank_script, tmp_path):
     assert_no_processes(word)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_timeout_stops_the_job(rank_script, tmp_path):
     word = marker()

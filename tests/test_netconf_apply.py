@@ -175,6 +175,7 @@ def test_capabilities_probe_finds_htb_and_u32():
     assert detect_capabilities() is capabilities  # cached
 
 
+@pytest.mark.timing
 def test_high_class_takes_the_link_from_a_competing_low_flood(veth_pair):
     """Strict priority on a saturated 10 Mbit/s port: the DSCP 46 flood gets nearly all of it."""
     pair = veth_pair

@@ -126,6 +126,7 @@ def test_disjoint_groups_at_once_give_every_member_the_same_bits():
     assert all(torch.equal(results[0][-1], results[r][-1]) for r in range(world))
 
 
+@pytest.mark.timing
 def test_a_member_that_dies_is_named_within_the_timeout():
     config = TransportConfig(secret="t", slice_bytes=1024, timeout=2)
 
@@ -152,6 +153,7 @@ def test_a_member_that_dies_is_named_within_the_timeout():
         assert "rank 2" in str(errors[rank])
 
 
+@pytest.mark.timing
 def test_a_straggler_sleeps_its_factor_less_one_times_its_compute(monkeypatch):
     model = torch.nn.Linear(200, 200)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -12,13 +12,21 @@ from geryon.transport.ps_worker import PSWorker
 from transport_support import run_ps_workers
 
 
-def run_ps(workers, servers, params, config, priorities, work, worker_class=PSWorker, **sgd):
-    """Start `servers` servers and `workers` worker threads running work(rank, worker)."""
-    started = [ParameterServer(s, servers, workers, params, config, ("127.0.0.1", 0), priorities, **sgd)
+def run_ps(workers, servers, params, config, priorities, work, worker_class=PSWorker, worker_device=None,
+           stage_host=False, server_device="cpu", **sgd):
+    """Start `servers` servers and `workers` worker threads running work(rank, worker, local); each
+    worker's `local` parameters are on `worker_device` (None: the CPU)."""
+    started = [ParameterServer(s, servers, workers, params, config, ("127.0.0.1", 0), priorities,
+                               device=server_device, **sgd)
                for s in range(servers)]
-    return run_ps_workers(started, workers, params,
-                          lambda rank, addresses, local: worker_class(rank, workers, addresses, local, config,
-                                                                      priorities), work)
+
+    def open_worker(rank, addresses, local):
+        if worker_device is not None:
+            local[:] = [t.to(worker_device) for t in local]
+        extra = {"stage_host": True} if stage_host else {}
+        return worker_class(rank, workers, addresses, local, config, priorities, **extra)
+
+    return run_ps_workers(started, workers, params, open_worker, work)
 
 
 @pytest.mark.parametrize("policy", ["vanilla", "geryon"])
@@ -51,15 +59,18 @@ def _model():
     return torch.nn.Sequential(torch.nn.Linear(10, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3))
 
 
-@pytest.mark.parametrize("policy", ["vanilla", "slicing", "endhost", "geryon"])
-def test_sync_training_equals_single_process(policy):
+SGD_SETTINGS = dict(lr=0.1, momentum=0.9, weight_decay=0.01)
+
+
+def _train_ps(policy, device=None, **ps):
+    """3 workers x 4 iterations of _model() against 2 servers; each worker's final parameters (CPU)
+    and the single process's parameters on the concatenated batches (on `device`)."""
     workers, iterations, batch = 3, 4, 8
-    sgd = dict(lr=0.1, momentum=0.9, weight_decay=0.01)
     torch.manual_seed(5)
-    inputs = torch.randn(iterations, workers * batch, 10)
-    labels = torch.randint(0, 3, (iterations, workers * batch))
-    reference = _model()
-    optimizer = torch.optim.SGD(reference.parameters(), **sgd)
+    inputs = torch.randn(iterations, workers * batch, 10, device=device)
+    labels = torch.randint(0, 3, (iterations, workers * batch), device=device)
+    reference = _model().to(device)
+    optimizer = torch.optim.SGD(reference.parameters(), **SGD_SETTINGS)
     for i in range(iterations):
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(reference(inputs[i]), labels[i]).backward()
@@ -68,7 +79,7 @@ def test_sync_training_equals_single_process(policy):
     initial = [p.detach().clone() for p in _model().parameters()]
 
     def work(rank, worker, local):
-        model = _model()
+        model = _model().to(device)
         for p, t in zip(model.parameters(), local):
             p.data = t                      # the worker writes pulled values into these tensors
         part = slice(rank * batch, (rank + 1) * batch)
@@ -79,11 +90,71 @@ def test_sync_training_equals_single_process(policy):
             torch.nn.functional.cross_entropy(model(inputs[i][part]), labels[i][part]).backward()
             worker.step([p.grad for p in model.parameters()])
         worker.wait_all()
-        return [p.detach().clone() for p in model.parameters()]
+        staged = ps.get("stage_host") or device is not None
+        assert (worker.staging_bytes > 0) == staged     # staged: through the flows' slots
+        return [p.detach().cpu() for p in model.parameters()]
 
-    for result in run_ps(workers, 2, initial, config, [0, 0, 1, 1], work, **sgd):
-        for got, want in zip(result, reference.parameters()):
-            torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+    results = run_ps(workers, 2, initial, config, [0, 0, 1, 1], work, worker_device=device, **ps, **SGD_SETTINGS)
+    return results, [p.detach().cpu() for p in reference.parameters()]
+
+
+@pytest.mark.parametrize("policy", ["vanilla", "slicing", "endhost", "geryon"])
+def test_sync_training_equals_single_process(policy):
+    results, reference = _train_ps(policy)
+    for result in results:
+        for got, want in zip(result, reference):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("policy", ["vanilla", "geryon"])
+def test_staged_workers_train_bit_equal_to_workers_reading_in_place(policy):
+    """`stage_host=True` runs a GPU worker's pipeline on host buffers: each pushed shard copied into
+    a slot of its flow when its turn comes, each pulled shard landed in a slot and copied into the
+    parameter; the same bits as the worker that sends from and lands in the tensors themselves."""
+    staged, _ = _train_ps(policy, stage_host=True)
+    direct, _ = _train_ps(policy)
+    for got, want in zip(staged, direct):
+        assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("server_device", ["cpu", "cuda"])
+def test_cuda_workers_train_as_one_cuda_process(server_device):
+    """Workers' models on the GPU (gradients pushed and parameters pulled through pinned slots on
+    side streams, the per-layer waits on CUDA events), servers on the CPU or on the GPU."""
+    results, reference = _train_ps("geryon", torch.device("cuda", 0), server_device=server_device)
+    for result in results:
+        for got, want in zip(result, reference):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("server_device", ["cpu", "cuda"])
+def test_cuda_workers_pull_the_bit_exact_mean(server_device):
+    """lr=1 from zero: CUDA workers get minus the mean of their gradients, summed on the servers in
+    worker order, bit for bit, whether a server holds its shards on the CPU or the GPU."""
+    workers, sizes = 3, (5, 3001, 1)
+    config = TransportConfig(secret="t", policy="geryon", slice_bytes=1024, timeout=30)
+    params = [torch.zeros(n) for n in sizes]
+    grads = [[torch.randn(n) for n in sizes] for _ in range(workers)]
+    device = torch.device("cuda", 0)
+
+    def work(rank, worker, local):
+        torch.cuda.set_device(device)
+        worker.step([g.to(device) for g in grads[rank]])
+        worker.wait_all()
+        assert all(t.device == device for t in local)
+        return [t.cpu() for t in local]
+
+    results = run_ps(workers, 2, params, config, [0, 1, 0], work, worker_device=device,
+                     server_device=server_device, lr=1.0)
+    for i in range(len(sizes)):
+        mean = grads[0][i].clone()
+        for w in range(1, workers):
+            mean.add_(grads[w][i])
+        mean.div_(workers)
+        for got in results:
+            assert torch.equal(got[i], -mean)
 
 
 def test_mismatched_shard_plan_is_refused():
@@ -164,6 +235,7 @@ def test_a_shards_mean_gradient_is_exact_and_lands_in_one_buffer_made_at_its_fir
     assert all(mean is means[0] for mean in means)
 
 
+@pytest.mark.timing
 def test_a_pull_racing_a_class_flows_registration_still_gets_its_parameters(monkeypatch):
     """A worker's PULL (flow 0) can reach the server while its class-1 flow is between ACCEPT and
     registration: the server waits for that flow instead of skipping the parameter (a 60 s hang once)."""

@@ -151,6 +151,7 @@ def _wait_gone(pids, timeout: float) -> list[int]:
     return alive
 
 
+@pytest.mark.timing
 def test_sigkilled_local_launcher_leaves_no_ranks_or_servers(tmp_path):
     word = marker()
     script = tmp_path / "wait.py"
@@ -173,6 +174,7 @@ def test_sigkilled_local_launcher_leaves_no_ranks_or_servers(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.timing
 @pytest.mark.root
 def test_ssh_rank_gets_the_secret_on_stdin_and_dies_with_its_launcher(tmp_path):
     """Findings 4 and 6 over a real sshd: the secret arrives, and a SIGKILLed launcher leaves nothing."""
@@ -218,6 +220,7 @@ def test_ssh_rank_gets_the_secret_on_stdin_and_dies_with_its_launcher(tmp_path):
         stop(sshd)
 
 
+@pytest.mark.timing
 @pytest.mark.root
 def test_sigkilled_emulate_launcher_leaves_no_ranks_and_a_cleanable_cluster(tmp_path):
     word = marker()

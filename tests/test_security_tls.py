@@ -85,11 +85,13 @@ def test_tls_allreduce_equals_plain():
         assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
+@pytest.mark.timing
 def test_both_sides_with_the_job_certificate_connect():
     seconds, server = _dial(JOB, JOB)
     assert seconds < 2
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("dialer", ["another job's certificate", "no TLS"])
 def test_a_peer_without_the_job_certificate_is_refused_at_once(dialer):
     dialer_tls = generate_credentials("another job") if dialer != "no TLS" else None
@@ -268,6 +270,7 @@ def test_tls_flows_keep_their_dscp_priority_and_notsent_lowat():
         server.close()
 
 
+@pytest.mark.timing
 @pytest.mark.root
 @pytest.mark.slow
 def test_bench_transport_reports_the_cost_of_tls():

@@ -22,8 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from launch_support import (EXAMPLE, clean_env, json_records, loss_curve, rank_lines, run_launcher,
-                            start_launcher)
+from launch_support import (EXAMPLE, BackgroundLaunch, clean_env, json_records, loss_curve, rank_lines, start_launcher)
 from test_faults_emulated import Flapper
 from test_fuzz_volume import _continuation, _header, generated_frame
 
@@ -86,10 +85,8 @@ def _status(pid: int) -> tuple[int, int] | None:
 
 def test_soak_with_mixed_faults_and_hostile_clients():
     env = clean_env(GERYON_TRANSPORT_TIMEOUT=str(TIMEOUT_S))
-    calm = run_launcher(*_args(), env=env, timeout=SOAK_S * 6 + 300)
-    assert calm.returncode == 0, calm.stderr[-3000:]
-    calm_curve = loss_curve(json_records(rank_lines(calm.stdout, "worker0")))
-
+    # the calm run of the same job trains on its own emulated cluster while the soak runs on this one
+    calm_run = BackgroundLaunch(*_args(), env=env)
     launcher = start_launcher(*_args(), env=env)
     flapper, fuzzer = None, None
     stop = threading.Event()
@@ -146,6 +143,9 @@ def test_soak_with_mixed_faults_and_hostile_clients():
         drain.join(10)
         assert fuzz_lines, "the hostile client sent nothing"
         assert launcher.returncode == 0, err[-3000:]
+        calm = calm_run.result(timeout=SOAK_S * 6 + 300)
+        assert calm.returncode == 0, calm.stderr[-3000:]
+        calm_curve = loss_curve(json_records(rank_lines(calm.stdout, "worker0")))
         records = json_records(rank_lines("".join(lines) + out, "worker0"))
         assert loss_curve(records) == calm_curve, "the soak changed the training (not bit for bit)"
         for pid, series in samples.items():
@@ -169,6 +169,7 @@ def test_soak_with_mixed_faults_and_hostile_clients():
                 pass
         launcher.kill()
         launcher.wait()
+        calm_run.stop()
         if fuzzer is not None and fuzzer.poll() is None:
             fuzzer.kill()
             fuzzer.wait()

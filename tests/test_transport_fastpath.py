@@ -45,6 +45,7 @@ def test_a_frame_arriving_in_pieces_is_read_whole(pair):
     assert bytes(buffer) == payload
 
 
+@pytest.mark.timing
 def test_a_peer_stalling_mid_frame_is_named_with_the_timeout(pair):
     a, b = pair
     use_kernel_timeouts(a, 0.3)

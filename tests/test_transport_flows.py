@@ -135,6 +135,7 @@ def _sleeps(native_id: int) -> int:
     raise AssertionError("no voluntary_ctxt_switches in /proc")
 
 
+@pytest.mark.timing
 def test_the_receive_thread_of_a_sending_connection_sleeps_through_its_acks():
     """A connection that only sends: its receive thread waits for readable data in poll(), so it sleeps
     through the ACKs that free send buffer (a thread blocked in recv() shares the socket's wait queue

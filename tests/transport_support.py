@@ -25,10 +25,13 @@ def tensor_inputs(world, dtype, seed=0):
     return [[torch.randn(n, generator=generator).to(dtype) for n in SIZES] for _ in range(world)]
 
 
-def serve_world_of_threads(world: int, config, body, **group_options):
+def serve_world_of_threads(world: int, config, body, netns: str | None = None, **group_options):
     """Run `body(group)` on `world` AllreduceGroup ranks as threads over loopback sockets; their results.
-    `config` is every rank's TransportConfig, or a list of one per rank; `group_options` go to every
-    AllreduceGroup (stage_host=True, say)."""
+    `config` is every rank's TransportConfig, or a list of one per rank; `netns`: the network namespace
+    whose loopback the ranks use (None: this process's); `group_options` go to every AllreduceGroup
+    (stage_host=True, say)."""
+    from geryon.netnames import enter_netns
+
     configs = config if isinstance(config, list) else [config] * world
     host, ports = "127.0.0.1", free_ports(world)
     peers = [(host, p) for p in ports]
@@ -36,6 +39,8 @@ def serve_world_of_threads(world: int, config, body, **group_options):
 
     def run(rank):
         try:
+            if netns is not None:
+                enter_netns(netns)         # this thread only: its sockets live in `netns`
             with AllreduceGroup(rank, world, peers, configs[rank], listen=(host, ports[rank]),
                                 **group_options) as group:
                 results[rank] = body(group)

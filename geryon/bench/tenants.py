@@ -2,10 +2,12 @@
 
     record = run_tenants_bench(TenantSettings(models=("vgg19", "resnet50")), progress=print)
 
-Every job is a replayed PS job (`paper_job.PaperJob`, "separate" layout: workers on h1..hW, servers on
-h(W+1)..h(2W)), all jobs on the same hosts, so their pulls meet on the switch ports toward the workers. A
-background bulk flow (a checkpoint upload or a dataset reader: `geryon.emulate.traffic`) from one more
-host into h1 shares the same port. Every egress carries the fabric classes (`geryon.netconf.tenants`,
+A job is `MODEL` or `MODEL:ps` (a replayed PS job, `paper_job.PaperJob`, "separate" layout: workers on
+h1..hW, servers on h(W+1)..h(2W)) or `MODEL:allreduce` (a replayed ring allreduce job,
+`replay_allreduce.AllreduceJob`, its ranks on h1..hW). All jobs' workers are on the same hosts, so PS
+pulls and the ring's transfers meet on the switch ports toward the workers. A background bulk flow (a
+checkpoint upload or a dataset reader: `geryon.emulate.traffic`) from one more host into h1 shares the
+same port. Every egress carries the fabric classes (`geryon.netconf.tenants`,
 installed by `geryon.emulate.fabric_classes`). Policies, the order rotated per repetition:
 
     vanilla         whole tensors, one unmarked FIFO flow per peer; background unmarked
@@ -14,6 +16,10 @@ installed by `geryon.emulate.fabric_classes`). Policies, the order rotated per r
     fabric+weights  fabric classes with job weights: the job losing most GPU time per byte delayed (its
                     compute per iteration over its bytes per iteration, Crux's GPU intensity) gets the
                     strict urgent level, the others weighted levels below it
+
+The emulated links run without segmentation offload (`offload=False`): with it, TCP hands 64 KB
+super-packets to the queues and HTB's round robin serves one packet per class per turn whatever its
+size, so the bulk and background classes split a port about evenly instead of by their weights.
 
 Per policy and job: the median iteration time (the slowest worker's per iteration) and GPU-time
 utilisation (compute seconds / wall seconds summed over the job's workers); in aggregate, the same sum
@@ -33,6 +39,7 @@ import uuid
 from dataclasses import asdict, dataclass
 
 from geryon.bench.paper_job import JobSpec, PaperJob
+from geryon.bench.replay_allreduce import PORTS_PER_JOB, AllreduceJob
 from geryon.bench.threshold import load_average
 from geryon.emulate.cluster import EmulatedCluster
 from geryon.emulate.fabric_classes import install_profile
@@ -42,7 +49,9 @@ from geryon.netconf.tenants import (BACKGROUND_DSCP, BACKGROUND_PERCENT, Tenant,
                                     tenant_profile)
 
 POLICIES = ("vanilla", "endhost", "fabric", "fabric+weights")
+KINDS = ("ps", "allreduce")
 MAX_JOBS = 3
+RING_PORT = 5400        # allreduce job i listens on RING_PORT + i * PORTS_PER_JOB + its connection count
 SINK_PORT = 5399
 BACKGROUND_SECONDS = 3600  # the sender runs until the segment ends; the sink's count is the measure
 CONNECT_TIMEOUT_S = 60.0
@@ -53,7 +62,7 @@ POLICY_TRANSPORT = {"vanilla": {"policy": "vanilla"}, "endhost": {"policy": "end
 
 @dataclass(frozen=True)
 class TenantSettings:
-    models: tuple[str, ...] = ("vgg19", "resnet50")
+    models: tuple[str, ...] = ("vgg19", "resnet50:allreduce")   # MODEL[:ps|:allreduce], one job each
     workers: int = 2                 # per job
     rate: str = "200mbit"            # every emulated link
     size_scale: float = 0.01
@@ -64,6 +73,7 @@ class TenantSettings:
     background_percent: int = BACKGROUND_PERCENT
     background: bool = True
     policies: tuple[str, ...] = POLICIES
+    offload: bool = False            # GSO/TSO on the emulated links (the module docstring says why not)
 
     def __post_init__(self):
         if not 1 <= len(self.models) <= MAX_JOBS:
@@ -73,10 +83,28 @@ class TenantSettings:
             raise ConfigError(f"unknown policies {', '.join(unknown)}: choose from {', '.join(POLICIES)}")
         if self.workers < 1 or self.iterations < 1 or self.repetitions < 1 or self.warmup < 0:
             raise ConfigError("workers, iterations and repetitions must be at least 1, warmup at least 0")
+        kinds = [job_kind(text)[1] for text in self.models]
+        if "allreduce" in kinds and self.workers < 2:
+            raise ConfigError("an allreduce job needs at least 2 workers: give --workers 2 or more")
+
+    @property
+    def hosts(self) -> int:
+        """Workers (shared by every job), PS servers (when a job is a PS job), one background sender."""
+        ps = any(job_kind(text)[1] == "ps" for text in self.models)
+        return (2 if ps else 1) * self.workers + 1
+
+
+def job_kind(text: str) -> tuple[str, str]:
+    """'vgg19' or 'vgg19:ps' -> ('vgg19', 'ps'); 'resnet50:allreduce' -> ('resnet50', 'allreduce')."""
+    model, _, kind = text.partition(":")
+    kind = kind or "ps"
+    if kind not in KINDS or not model:
+        raise ConfigError(f"job {text!r}: give MODEL, MODEL:ps or MODEL:allreduce")
+    return model, kind
 
 
 def job_names(models) -> list[str]:
-    return [f"{model}-{index}" for index, model in enumerate(models)]
+    return [f"{model}-{kind}-{index}" for index, (model, kind) in enumerate(map(job_kind, models))]
 
 
 def gpu_intensity(compute_s: float, model_bytes: float) -> float:
@@ -96,6 +124,13 @@ def utilisation(compute_s: list[float], steps: list[list[dict]]) -> dict:
     return {"compute_s": compute, "wall_s": wall, "utilisation": compute / wall if wall else 0.0}
 
 
+def cpu_wait(steps: list[list[dict]]) -> float | None:
+    """Seconds per iteration a job's replay thread was runnable but waiting for a CPU (the workers' mean;
+    None where /proc schedstat is missing): the share of an iteration the emulation's shared cores add."""
+    waits = [step["run_wait_s"] for worker in steps for step in worker if "run_wait_s" in step]
+    return statistics.mean(waits) if waits else None
+
+
 class TenantsBench:
     """One emulated cluster, the jobs' role processes started once, segments per policy."""
 
@@ -104,23 +139,28 @@ class TenantsBench:
         self.progress = progress or (lambda _line: None)
         self.names = job_names(settings.models)
         self.cluster = None
-        self.jobs: list[PaperJob] = []
+        self.jobs: list[PaperJob | AllreduceJob] = []
         self.compute_s: list[list[float]] = []
         self.weights: list[float] = []
 
     @property
     def background_host(self) -> str:
-        return f"h{2 * self.s.workers + 1}"
+        return f"h{self.s.hosts}"
 
     def start(self) -> None:
         s = self.s
-        self.cluster = EmulatedCluster("n" + uuid.uuid4().hex[:5], hosts=2 * s.workers + 1, bw=s.rate,
-                                       ack_priority="off").up()
-        for model in s.models:
+        self.cluster = EmulatedCluster("n" + uuid.uuid4().hex[:5], hosts=s.hosts, bw=s.rate,
+                                       ack_priority="off", offload=s.offload).up()
+        for index, (model, kind) in enumerate(map(job_kind, s.models)):
             spec = JobSpec(model=model, workers=s.workers, layout="separate", time_scale=s.time_scale,
                            size_scale=s.size_scale)
-            self.jobs.append(PaperJob(self.cluster, spec).start())
-            self.progress(f"job {model}: {s.workers} workers, {s.workers} servers started")
+            if kind == "ps":
+                self.jobs.append(PaperJob(self.cluster, spec).start())
+                self.progress(f"job {model} (PS): {s.workers} workers, {s.workers} servers started")
+            else:
+                port = RING_PORT + index * PORTS_PER_JOB
+                self.jobs.append(AllreduceJob(self.cluster, spec, port).start())
+                self.progress(f"job {model} (ring allreduce): {s.workers} workers started")
         for job in self.jobs:
             nominal = [worker.call("compute", iterations=1)["nominal_s"] for worker in job.workers]
             self.compute_s.append(nominal)
@@ -158,7 +198,7 @@ class TenantsBench:
         for name, job_steps, compute in zip(self.names, steps, self.compute_s):
             slowest = [max(worker[i]["seconds"] for worker in job_steps) for i in range(s.iterations)]
             jobs.append({"job": name, "median_iteration_s": statistics.median(slowest),
-                         **utilisation(compute, job_steps),
+                         **utilisation(compute, job_steps), "cpu_wait_s": cpu_wait(job_steps),
                          "classes": tenant_class_spec(tenants, name) if fabric else "unmarked"})
         compute = sum(j["compute_s"] for j in jobs)
         wall = sum(j["wall_s"] for j in jobs)
@@ -269,9 +309,11 @@ def run_tenants_bench(settings: TenantSettings, progress=None) -> dict:
 
 
 def add_command(bench) -> None:
-    parser = bench.add_parser("tenants", help="2-3 replayed jobs and a background flow on one emulated fabric")
-    parser.add_argument("--models", default="vgg19,resnet50",
-                        help="one replayed PS job per model, comma-separated (default vgg19,resnet50)")
+    parser = bench.add_parser("tenants", help="2-3 replayed PS and allreduce jobs and a background flow on one "
+                                "emulated fabric")
+    parser.add_argument("--models", default="vgg19,resnet50:allreduce",
+                        help="one replayed job per entry, comma-separated: MODEL or MODEL:ps (a PS job), "
+                             "MODEL:allreduce (a ring allreduce job) (default vgg19,resnet50:allreduce)")
     parser.add_argument("--workers", type=int, default=2, help="workers per job, each job as many servers")
     parser.add_argument("--rate", default="200mbit", help="every emulated link (default 200mbit)")
     parser.add_argument("--size-scale", type=float, default=0.01, help="tensor sizes x this (default 0.01)")
@@ -282,6 +324,9 @@ def add_command(bench) -> None:
     parser.add_argument("--background-percent", type=int, default=BACKGROUND_PERCENT,
                         help=f"the background class's guaranteed share (default {BACKGROUND_PERCENT})")
     parser.add_argument("--no-background", action="store_true", help="no background flow")
+    parser.add_argument("--offload", action="store_true",
+                        help="keep GSO/TSO on the emulated links: 64 KB super-packets, which HTB's round robin "
+                             "serves one per class per turn, so the bulk and background weights do not hold")
     parser.add_argument("--policies", default=",".join(POLICIES), help=f"subset of {', '.join(POLICIES)}")
     parser.add_argument("--json", action="store_true", help="print the whole record as JSON")
     parser.set_defaults(func=run_from_args)
@@ -299,7 +344,7 @@ def run_from_args(args) -> int:
                               workers=args.workers, rate=args.rate, size_scale=args.size_scale,
                               time_scale=args.time_scale, iterations=args.iterations, warmup=args.warmup,
                               repetitions=args.repetitions, background_percent=args.background_percent,
-                              background=not args.no_background,
+                              background=not args.no_background, offload=args.offload,
                               policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()))
     record = run_tenants_bench(settings, progress=lambda line: print(line, file=sys.stderr, flush=True))
     if args.json:

@@ -150,7 +150,7 @@ class RoleProcess:
 
     def __init__(self, cluster, host: str, argv: list[str], env: dict, log_dir: str):
         self.host = host
-        role = argv[argv.index(REPLAY_MODULE) + 1]
+        role = argv[argv.index("-m") + 2]   # python -u -m MODULE ROLE ...
         self.name = f"{role}@{host}"
         self.child = ChildProcess.start(argv, netns=cluster.host(host).netns, env=env, interactive=True,
                                         name=self.name, error=TransportError,

@@ -6,6 +6,7 @@
     torchrun --nproc-per-node 2 examples/train_cnn.py              # plain torchrun
     python -m geryon.launch --nproc-per-node 2 examples/train_cnn.py  # torchrun's flag works too
     python -m geryon.launch --local --nproc-per-node 2 examples/train_cnn.py --device cuda   # on GPUs
+    python -m geryon.launch --local --mode ps --server-device cuda examples/train_cnn.py --device cuda
 
 The data set is generated, not downloaded: each class is a smooth random 3x32x32 pattern (from a
 fixed seed), and every image is its class pattern, randomly shifted, plus Gaussian noise; so it is

@@ -100,7 +100,7 @@ Environment
 Every flag has a twin, read when the flag is absent: GERYON_MODE, GERYON_WORKERS, GERYON_SERVERS,
 GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_EMULATE, GERYON_BW, GERYON_TOPOLOGY,
 GERYON_LOCAL, GERYON_HOSTFILE, GERYON_KNOWN_HOSTS, GERYON_TIMELINE, GERYON_TIMEOUT, GERYON_GRACE,
-GERYON_PS_OPTIMIZER, GERYON_PS_PULL, GERYON_PS_PLACEMENT, GERYON_TLS, GERYON_COLLECTIVES,
+GERYON_PS_OPTIMIZER, GERYON_PS_PULL, GERYON_PS_PLACEMENT, GERYON_SERVER_DEVICE, GERYON_TLS, GERYON_COLLECTIVES,
 GERYON_MAX_RESTARTS, GERYON_PS_CHECKPOINT_EVERY, GERYON_PS_CHECKPOINT_DIR, GERYON_OVERLAP,
 GERYON_PLAIN_DDP, GERYON_SYNC, GERYON_STRAGGLER.
 
@@ -187,6 +187,9 @@ PS training follows one process on the concatenated batch, whatever the optimize
   slice goes to the server holding the fewest bytes so far (bytes, the default) or round-robin
   (count, P3's way, which gives one server all the weights and another all the biases when
   they alternate). Every rank and server must agree; the plan digest checks it.
+  --server-device cpu|cuda (GERYON_SERVER_DEVICE): where each server holds its shards and runs the
+  optimizer, the CPU (the default: servers on CPU hosts) or its GPU. Workers' models may be on GPUs
+  either way: their gradients and parameters cross through pinned host memory (docs/gpu.md).
   Clipping: geryon.clip_grad_norm_(optimizer, max_norm) (or optimizer.clip_grad_norm_(max_norm)
   when the servers step) clips by the norm of the averaged gradient over all parameters, as one
   process: the servers compute it from their averaged slices (partial sums shared through the

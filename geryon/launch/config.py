@@ -33,7 +33,8 @@ ENV_TWINS = {
     "priority": ev.PRIORITY, "classes": ev.CLASSES, "emulate": ev.EMULATE, "bw": ev.BW,
     "topology": ev.TOPOLOGY, "local": ev.LOCAL, "hostfile": ev.HOSTFILE, "known_hosts": ev.KNOWN_HOSTS,
     "timeline": ev.TIMELINE, "timeout": ev.TIMEOUT, "grace": ev.GRACE, "ps_optimizer": ev.PS_OPTIMIZER,
-    "ps_pull": ev.PS_PULL, "ps_placement": ev.PS_PLACEMENT, "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
+    "ps_pull": ev.PS_PULL, "ps_placement": ev.PS_PLACEMENT, "server_device": ev.SERVER_DEVICE,
+    "max_classes": ev.MAX_CLASSES, "tls": ev.TLS,
     "collectives": ev.COLLECTIVES, "tenants": ev.TENANTS, "tenant": ev.TENANT,
     "max_restarts": ev.MAX_RESTARTS, "ps_checkpoint_every": ev.PS_CHECKPOINT_EVERY,
     "ps_checkpoint_dir": ev.PS_CHECKPOINT_DIR, "overlap": ev.OVERLAP, "plain_ddp": ev.PLAIN_DDP,
@@ -67,6 +68,7 @@ class LaunchConfig:
     ps_optimizer: str = "auto"                   # ps mode: who runs the optimizer (auto | server | worker)
     ps_pull: str = "auto"                        # ps mode: when workers ask for the next parameters
     ps_placement: str = "bytes"                  # ps mode: slices over servers, byte-balanced or round-robin
+    server_device: str = "cpu"                   # ps mode: where servers hold their shards (cpu | cuda)
     overlap: str = "barrier"                     # allreduce mode: update after every bucket, or per layer
     plain_ddp: bool = False                      # allreduce mode: the script's DDP over gloo (a baseline)
     job_id: str = field(default_factory=lambda: "j" + secrets.token_hex(3)[:5])  # also the cluster name
@@ -152,6 +154,10 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                         help="ps mode: deal the slices over the servers by bytes (each to the server "
                              "holding the fewest so far; the default) or round-robin by count (P3's "
                              f"way) ({ev.PS_PLACEMENT})")
+    parser.add_argument("--server-device", default=twin("server_device"), metavar="cpu|cuda",
+                        help="ps mode: where each server holds its shards and runs the optimizer: the "
+                             "CPU (the default) or its GPU (by LOCAL_RANK); the workers' models may be "
+                             f"on GPUs either way ({ev.SERVER_DEVICE}; docs/gpu.md)")
     parser.add_argument("--overlap", default=twin("overlap"), metavar="barrier|next-forward",
                         help="allreduce mode: step() updates after every bucket is reduced (barrier, "
                              "DDP's way; the default) or each parameter as soon as its bucket is, the "
@@ -251,6 +257,11 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     if ps_placement and mode != "ps":
         raise ConfigError(f"--ps-placement {ps_placement} applies to --mode ps only")
     ps_placement = _choice(ps_placement or "bytes", PLACEMENTS, "--ps-placement")
+    server_device = getattr(args, "server_device", None)
+    if server_device and server_device != "cpu" and mode != "ps":
+        raise ConfigError(f"--server-device {server_device} applies to --mode ps only (there are no servers "
+                          "in --mode allreduce)")
+    server_device = _choice(server_device or "cpu", ev.SERVER_DEVICES, "--server-device")
     overlap = getattr(args, "overlap", None)
     if overlap and overlap != "barrier" and mode != "allreduce":
         raise ConfigError(f"--overlap {overlap} applies to --mode allreduce only (in --mode ps, "
@@ -304,7 +315,7 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         backend=backend, bw=bw,
         topology=topology, hosts=hosts, known_hosts=known_hosts, timeline=timeline, timeout=timeout,
         grace=DEFAULT_GRACE_S if grace is None else grace, ps_optimizer=ps_optimizer, ps_pull=ps_pull,
-        ps_placement=ps_placement, overlap=overlap, plain_ddp=plain_ddp,
+        ps_placement=ps_placement, server_device=server_device, overlap=overlap, plain_ddp=plain_ddp,
         tls=bool(getattr(args, "tls", False)), collectives=collectives, max_restarts=max_restarts,
         ps_checkpoint_every=every,
         ps_checkpoint_dir=checkpoint_dir, sync=sync, straggler=straggler)

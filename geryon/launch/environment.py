@@ -54,6 +54,7 @@ def job_environment(config: LaunchConfig, spec: RankSpec, master_addr: str, mast
         ev.PS_OPTIMIZER: config.ps_optimizer,
         ev.PS_PULL: config.ps_pull,
         ev.PS_PLACEMENT: config.ps_placement,
+        ev.SERVER_DEVICE: config.server_device,
         ev.COLLECTIVES: config.collectives,
         ev.OVERLAP: config.overlap,
         ev.PLAIN_DDP: "1" if config.plain_ddp else "",

@@ -38,8 +38,8 @@ PS_REASONS = {
     "init_sync": "every worker always starts from worker 0's parameters, pulled from the servers",
     "process_group": "the servers serve every worker of the job",
     "device_mesh": "the servers serve every worker of the job",
-    "device_ids": "PS mode trains CPU modules only",
-    "output_device": "PS mode trains CPU modules only",
+    "device_ids": "a PS worker trains its model on the device the model is on",
+    "output_device": "a PS worker trains its model on the device the model is on",
     "dim": "there is no DDP scatter of inputs",
     "check_reduction": "there is no DDP reducer",
     "delay_all_reduce_named_params": "there is no allreduce: gradients go to the servers",
@@ -140,13 +140,16 @@ def refuse_cpu_sync_batchnorm(model) -> None:
 
 
 def refuse_device_parameters_in_ps(model) -> None:
-    """--mode ps trains CPU parameters (its workers' pushes and pulls read and write them in place);
-    a model on a GPU is refused before training, saying what works instead (docs/gpu.md)."""
+    """--mode ps trains parameters on the CPU or a CUDA GPU (its workers' pushes and pulls read and
+    write them in place, CUDA ones through pinned host staging); any other device is refused before
+    training (docs/gpu.md)."""
+    from geryon.runtime.ps_sync import PS_DEVICES
+
     for name, param in model.named_parameters():
-        if param.device.type != "cpu":
-            raise ConfigError(f"--mode ps trains CPU parameters only: {name} is on {param.device}; train on "
-                              "GPUs with --mode allreduce, or keep the model on the CPU in --mode ps "
-                              "(--device cpu in the examples) (see docs/gpu.md)")
+        if param.device.type not in PS_DEVICES:
+            raise ConfigError(f"--mode ps trains parameters on the CPU or a CUDA GPU: {name} is on "
+                              f"{param.device}; move the model to one of them, or use --mode allreduce "
+                              "(see docs/gpu.md)")
 
 
 def install_ps_stand_ins(model) -> None:

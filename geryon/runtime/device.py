@@ -34,6 +34,22 @@ def select_device(choice: str, local_rank: int = 0) -> torch.device:
     return rank_device(local_rank)
 
 
+def server_device(choice: str, local_rank: int = 0) -> torch.device:
+    """A parameter server's --server-device: the CPU, or (cuda) the rank's GPU, made current; a
+    ConfigError saying what to do when this process sees no GPU."""
+    from geryon import envvars as ev
+
+    if choice not in ev.SERVER_DEVICES:
+        raise ConfigError(f"--server-device {choice!r}: use one of {', '.join(ev.SERVER_DEVICES)}")
+    if choice == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"--server-device cuda ({ev.SERVER_DEVICE}): this server sees no CUDA GPU "
+                          f"(torch {torch.__version__}); run the servers where there is one, or use "
+                          "--server-device cpu (the workers may still train on GPUs)")
+    return use_rank_device(local_rank)
+
+
 def use_rank_device(local_rank: int) -> torch.device:
     """Make the rank's GPU the process's current CUDA device (nothing on CPU); the device."""
     device = rank_device(local_rank)

@@ -65,6 +65,7 @@ class RankEnv:
     ps_optimizer: str = "auto"              # ps mode: who runs the optimizer (auto | server | worker)
     ps_pull: str = "auto"                   # ps mode: when the next parameters are asked for (auto | end | ahead)
     ps_placement: str = "bytes"             # ps mode: slices over servers (bytes | count)
+    server_device: str = "cpu"              # ps mode: where a server holds its shards (cpu | cuda)
     collectives: str = "geryon"             # allreduce mode: what carries the buckets (geryon.collectives)
     overlap: str = "barrier"                # allreduce mode: barrier | next-forward (geryon.runtime.ddp_overlap)
     plain_ddp: bool = False                 # allreduce mode: the script's own DDP over gloo, no transport
@@ -135,6 +136,7 @@ class RankEnv:
             "ps_optimizer": env.get(ev.PS_OPTIMIZER) or "auto",
             "ps_pull": env.get(ev.PS_PULL) or "auto",
             "ps_placement": env.get(ev.PS_PLACEMENT) or "bytes",
+            "server_device": env.get(ev.SERVER_DEVICE) or "cpu",
             "collectives": env.get(ev.COLLECTIVES) or "geryon",
             "overlap": env.get(ev.OVERLAP) or "barrier",
             "plain_ddp": (env.get(ev.PLAIN_DDP) or "").strip().lower() in ("1", "true", "yes", "on"),
@@ -163,6 +165,8 @@ class RankEnv:
             raise ConfigError(f"{ev.PS_PULL}={job['ps_pull']!r}: use {', '.join(ev.PS_PULL_MODES)}")
         if job["ps_placement"] not in PLACEMENTS:
             raise ConfigError(f"{ev.PS_PLACEMENT}={job['ps_placement']!r}: use {', '.join(PLACEMENTS)}")
+        if job["server_device"] not in ev.SERVER_DEVICES:
+            raise ConfigError(f"{ev.SERVER_DEVICE}={job['server_device']!r}: use {', '.join(ev.SERVER_DEVICES)}")
         if job["overlap"] not in ev.OVERLAP_MODES:
             raise ConfigError(f"{ev.OVERLAP}={job['overlap']!r}: use {', '.join(ev.OVERLAP_MODES)}")
         if job["ps_checkpoint_every"] and job["ps_checkpoint_dir"] and job["mode"] == "ps":
@@ -299,8 +303,8 @@ def with_config_file(env):
 # what a job's settings file may hold: the job's settings, never the secret or a rank's own identity
 CONFIG_FILE_VARIABLES = frozenset({
     ev.MODE, ev.SERVERS, ev.SERVERS_PER_NODE, ev.POLICY, ev.PRIORITY, ev.CLASSES, ev.JOB_ID, ev.TIMELINE,
-    ev.PS_OPTIMIZER, ev.PS_PULL, ev.PS_PLACEMENT, ev.COLLECTIVES, ev.JOB_SECRET_FILE, ev.TRANSPORT_TIMEOUT,
-    ev.CONNECT_TIMEOUT, ev.THREAD_RT, ev.SEARCH_RUN, *ev.SEARCH_VARIABLES})
+    ev.PS_OPTIMIZER, ev.PS_PULL, ev.PS_PLACEMENT, ev.SERVER_DEVICE, ev.COLLECTIVES, ev.JOB_SECRET_FILE,
+    ev.TRANSPORT_TIMEOUT, ev.CONNECT_TIMEOUT, ev.THREAD_RT, ev.SEARCH_RUN, *ev.SEARCH_VARIABLES})
 
 
 def job_secret(env) -> str | None:

@@ -33,7 +33,7 @@ def _save(data) -> bytes:
 def _load(data: bytes):
     import torch
 
-    return torch.load(io.BytesIO(data), weights_only=True)
+    return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")   # servers and workers on GPUs too
 
 
 def current_states(optimizer, params) -> list:
@@ -81,7 +81,7 @@ class Checkpoints:
             key = self.prefix + LOAD_KEY.format(number=self.loads)
             if self.rank == 0:
                 states = current_states(self.optimizer, self.params) if state else None
-                put_blob(self.store, key, _save({"values": [p.detach() for p in self.params],
+                put_blob(self.store, key, _save({"values": [p.detach().cpu() for p in self.params],
                                                  "states": states}))
                 worker.state_request("load", key)
                 self.store.set(key + "/done", b"1")

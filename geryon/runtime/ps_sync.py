@@ -70,10 +70,23 @@ from geryon.runtime.store_blobs import put_blob
 
 log = logging.getLogger(__name__)
 
+PS_DEVICES = ("cpu", "cuda")   # where a worker's parameters may live (CUDA ones are staged: ps_worker)
+
 SPEC_KEY = "ps/spec"
 SERVER_KEY = "ps/server/{index}"
 SWITCH_KEY = "ps/switch/{switch}"
 SWITCHED_SERVER_KEY = "ps/switch/{switch}/server/{index}"
+
+
+def check_ps_parameters(params) -> None:
+    """A PS worker reads and writes its parameters in place: contiguous, on the CPU or a CUDA GPU."""
+    for index, param in enumerate(params):
+        if param.device.type not in PS_DEVICES:
+            raise ConfigError(f"--mode ps trains parameters on the CPU or a CUDA GPU: parameter {index} is on "
+                              f"{param.device}; move the model to one of them")
+        if not param.is_contiguous():
+            raise ConfigError(f"--mode ps needs contiguous parameters: parameter {index} is not; make it "
+                              "contiguous before geryon.distribute() (param.data = param.data.contiguous())")
 
 
 def server_key(index: int, switch: int = 0) -> str:
@@ -100,7 +113,7 @@ def encode_spec(values, priorities, optimizer_spec, states=None) -> bytes:
     import torch
 
     buffer = io.BytesIO()
-    torch.save({"values": [v.detach().clone() for v in values], "priorities": priorities,
+    torch.save({"values": [v.detach().to("cpu", copy=True) for v in values], "priorities": priorities,
                 "optimizer": optimizer_spec.to_json(), "states": states}, buffer)
     return buffer.getvalue()
 
@@ -110,7 +123,7 @@ def decode_spec(data: bytes) -> dict:
 
     from geryon.transport.server_optimizer import OptimizerSpec
 
-    spec = torch.load(io.BytesIO(data), weights_only=True)
+    spec = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")   # a GPU worker's state too
     spec["optimizer"] = OptimizerSpec.from_json(spec["optimizer"])
     return spec
 
@@ -161,9 +174,7 @@ class ParameterServerSync(SetUpOnFirstForward):
 
         self.model, self.optimizer, self.job, self.timeline = model, optimizer, job, timeline
         self.params = list(model.parameters())
-        for param in self.params:
-            if param.device.type != "cpu" or not param.is_contiguous():
-                raise ConfigError("--mode ps needs contiguous CPU parameters")
+        check_ps_parameters(self.params)
         self.spec = spec or describe_optimizer(optimizer, self.params)
         self.clip = None           # (max_norm, norm_type) asked for this step
         self.present = [False] * len(self.params)   # tensors with a gradient in this iteration

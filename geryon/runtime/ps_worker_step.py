@@ -26,8 +26,8 @@ from geryon.errors import ConfigError
 from geryon.runtime import jobtransport
 from geryon.runtime.priorities import decide_priorities
 from geryon.runtime.ps_buffers import BufferBroadcast
-from geryon.runtime.ps_sync import (SPEC_KEY, SetUpOnFirstForward, decode_spec, encode_spec, log_placement,
-                                    server_key)
+from geryon.runtime.ps_sync import (SPEC_KEY, SetUpOnFirstForward, check_ps_parameters, decode_spec, encode_spec,
+                                    log_placement, server_key)
 from geryon.runtime.store_blobs import get_blob, put_blob
 
 
@@ -37,9 +37,7 @@ class WorkerStepSync(SetUpOnFirstForward):
     def __init__(self, model, optimizer, job, timeline=None):
         self.model, self.optimizer, self.job, self.timeline = model, optimizer, job, timeline
         self.params = list(model.parameters())
-        for param in self.params:
-            if param.device.type != "cpu" or not param.is_contiguous():
-                raise ConfigError("--mode ps needs contiguous CPU parameters")
+        check_ps_parameters(self.params)
         if job.priority == "search":
             raise ConfigError("--priority search is not supported when the workers step "
                               "(--ps-optimizer worker): use --priority coarse or threshold=T")

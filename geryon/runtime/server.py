@@ -15,7 +15,8 @@ A server runs geryon.transport's `ParameterServer`:
   2. it listens on the rank's host address (a free port) and publishes `host:port` under
      `ps/server/<j>`; workers authenticate with the job secret;
   3. it serves pushes and pulls, per priority class, running the user's torch.optim class on its
-     shards (geryon.transport.server_optimizer), until every worker is gone (said goodbye, or
+     shards (geryon.transport.server_optimizer) on the CPU, or on its GPU with --server-device cuda
+     (geryon.transport.ps_server), until every worker is gone (said goodbye, or
      lost: then it names the worker; gone means its control flow ended, not any one connection
      under its id: the rule is in geryon.transport.ps_server's docstring), and holds the role until
      the launcher's SIGTERM (exit 0, or 1 when a worker was lost). The transport's closed connection or timeout
@@ -61,6 +62,9 @@ EXIT_WORKER_LOST = 1
 
 def serve(env: RankEnv) -> int:
     """Run this process's server role until the workers leave or the launcher stops it."""
+    from geryon.runtime.device import server_device
+
+    device = server_device(env.server_device, env.local_rank)   # before training starts: a wrong one stops the job
     stopped = event_set_by_signals(signal.SIGTERM, signal.SIGINT)
     index, count, workers = env.server_rank, env.servers or 1, env.workers
     name = f"server {index} of {count}"
@@ -92,7 +96,7 @@ def serve(env: RankEnv) -> int:
               flush=True)
     while True:
         with ParameterServer(index, count, workers, values, config, (host, 0), priorities,
-                             optimizer=optimizer, step_frames=True,
+                             optimizer=optimizer, step_frames=True, device=device,
                              norm_exchange=NormExchange(store, prefix, index, count),
                              state_exchange=functools.partial(server_checkpoint.exchange, store,
                                                                   env.ps_checkpoint_dir)) as server:
@@ -102,7 +106,7 @@ def serve(env: RankEnv) -> int:
             if switch == 0:
                 sizes = sum(v.numel() * v.element_size() for v in values)
                 update = ("averaging gradients (the workers step)" if optimizer.mean_only
-                          else f"running {optimizer.name}")
+                          else f"running {optimizer.name}") + (f" on {device}" if device.type != "cpu" else "")
                 print(f"{name}: serving {len(server.values())} shards of {sizes / 1e6:.1f} MB of parameters "
                       f"to {workers} workers on {host}:{server.port} (policy {config.policy}"
                       f"{', TLS' if config.tls else ''}), {update}",
@@ -140,7 +144,7 @@ def switched_state(server, store, prefix: str, switch: int, count: int, values):
 
     from geryon.transport.server_optimizer import full_state
 
-    mine = {key: (state.param.clone(), state.state(), state.version)
+    mine = {key: (state.value(), state.state(), state.version)
             for key, state in server.shards.items()}
     put_blob(store, prefix + SWITCH_STATE_KEY.format(switch=switch, index=server.index), _save(mine))
     merged = {}

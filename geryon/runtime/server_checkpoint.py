@@ -92,7 +92,7 @@ def write_server_file(server, directory: str, step: int) -> None:
     if versions not in ([], [step]):   # [] : a server the plan gave no shard
         raise ConfigError(f"server {server.index}: asked for a checkpoint of step {step}, but its shards are "
                           f"at versions {versions}")
-    shards = {key: (state.param.clone(), state.state()) for key, state in server.shards.items()}
+    shards = {key: (state.value(), state.state()) for key, state in server.shards.items()}
     buffer = io.BytesIO()
     torch.save({"step": step, "shards": shards}, buffer)
     replace_bytes(os.path.join(directory, SERVER_FILE.format(step=step, index=server.index,
@@ -135,7 +135,7 @@ def load_buffers(directory: str, step: int, model) -> None:
     if not _marker(directory, step).get("buffers"):
         return
     path = os.path.join(directory, BUFFERS_FILE.format(step=step))
-    saved = torch.load(path, weights_only=True)
+    saved = torch.load(path, weights_only=True, map_location="cpu")   # copied to the model's device below
     mine = dict(model.named_buffers())
     if saved.keys() != mine.keys():
         raise ConfigError(f"{path} holds the buffers of another model; point --ps-checkpoint-dir at this "
@@ -158,7 +158,7 @@ class StepCheckpoints:
             return
         worker.wait_all()   # every shard everywhere is at `step` and stays there until this worker pushes
         worker.state_request("checkpoint", str(step))
-        buffers = {name: value.detach().clone() for name, value in self.model.named_buffers()}
+        buffers = {name: value.detach().to("cpu", copy=True) for name, value in self.model.named_buffers()}
         if buffers:
             import torch
 

@@ -9,6 +9,9 @@
     geryon sim --mode allreduce [--model M] [--link L] [--workers N] [--policy P,...] [--compute-scale S]
     geryon sim --mode allreduce --compare PAPER.json    the ring model vs bench paper --mode allreduce
     geryon sim --curve                         the slides' potential speedup vs bandwidth (VGG-19)
+    geryon sim --jobs vgg19,resnet50:allreduce [--workers N] [--bw GBIT] [--oversubscription R]
+               [--hosts-per-leaf H] [--size-scale S] [--out DIR]     job mixes on one fabric (sim.jobs)
+    geryon sim --jobs --compare TENANTS.json   simulated vs a `geryon bench tenants --json` record
 
 Without --compute-scale the ONE compute-time scale is calibrated first (VGG-19, vanilla, 10GbE,
 8 colocated workers -> the paper's 26.9%) and printed; every other cell is predicted with it.
@@ -66,7 +69,17 @@ def add_commands(commands, bench) -> None:
                         help="when a worker asks for the next parameters: after its last push (end, "
                              "default, as bench paper) or with its first (ahead); --compare "
                              "takes each file's own")
-    parser.add_argument("--compare", metavar="JSON", help="validate against bench paper rows")
+    parser.add_argument("--compare", metavar="JSON", help="validate against bench paper rows (with --jobs: "
+                                                          "against a `geryon bench tenants --json` record)")
+    parser.add_argument("--jobs", nargs="?", const="", metavar="MODEL[:ps|:allreduce],...",
+                        help="job mixes on one fabric (geryon.sim.jobs): these jobs, --workers each on shared "
+                             "hosts, and a background flow, under vanilla, endhost, fabric, fabric+weights")
+    parser.add_argument("--size-scale", type=float, default=1.0, help="--jobs: tensor sizes x this (default 1)")
+    parser.add_argument("--background-percent", type=int, default=10,
+                        help="--jobs: the background class's guaranteed share (default 10)")
+    parser.add_argument("--no-background", action="store_true", help="--jobs: no background flow")
+    parser.add_argument("--cpu-wait", action="store_true",
+                        help="--jobs --compare: stretch each job's compute by the CPU wait the bench measured")
     parser.add_argument("--curve", action="store_true", help="potential speedup vs bandwidth (VGG-19)")
     parser.add_argument("--slice-table", action="store_true",
                         help="the paper's slicing table: VGG-19 10GbE, geryon vs endhost, 1024K/512K/256K")
@@ -106,6 +119,9 @@ def run(args) -> int:
     from geryon.sim.report import (add_derived, efficiency_chart, json_lines, line_chart,
                                    markdown_table, text_table)
 
+    if args.jobs is not None:
+        from geryon.sim.jobs import run_jobs
+        return run_jobs(args)
     models = MODELS if args.model == "all" else tuple(m.strip().lower() for m in args.model.split(","))
     bad = [m for m in models if m not in MODELS]
     if bad:

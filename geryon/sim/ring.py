@@ -11,10 +11,11 @@ What it models, as `geryon bench paper --mode allreduce` runs it (geryon.bench.r
   the ring  every link carries 2(n-1)/n x a bucket's bytes (reduce-scatter then all-gather, each rank
             sending one chunk per step to its right neighbour, every link busy at once on a
             non-blocking switch), so the ring is one server of rate `payload_rate(bw)` working
-            through 2(n-1)/n x bytes per bucket. Order: `geryon` puts each class on its own flow
-            marked with its DSCP, so an urgent bucket preempts bulk on every link (strict priority,
-            preemptive, FIFO within a class); the single-flow policies keep collectives in the order
-            they started (`Policy.send_key`: the collective's number comes first).
+            through 2(n-1)/n x bytes per bucket. Order: `endhost` and `geryon` order every flow's
+            send queue by class before collective (`Policy.collective_key`; `geryon` also gives each
+            class a DSCP-marked flow of its own), so an urgent bucket preempts bulk on every link
+            (strict priority, preemptive, FIFO within a class); `vanilla` and `slicing` send
+            collective after collective.
   the step  barrier: the next forward starts once every bucket is reduced (DDP); next-forward: each
             layer's forward waits for its own bucket only, so the first layers compute while the
             late (big) buckets still travel.
@@ -139,7 +140,7 @@ def simulate_ring(setting: RingSetting, policy: str, overlap: str = "barrier", i
     rate = payload_rate(setting.bw_bps, setting.mtu) / 8          # bytes/s on every link of the ring
     share = 2 * (setting.workers - 1) / setting.workers
     work = [share * bucket.nbytes / rate for bucket in buckets]
-    preemptive = get_policy(policy).flow_per_class
+    preemptive = get_policy(policy).urgency_order
     forward = [layer.forward_ns * 1e-9 * setting.compute_scale for layer in profile.layers]
     backward = [layer.backward_ns * 1e-9 * setting.compute_scale for layer in profile.layers]
     landed = [0.0] * len(buckets)      # when the previous iteration's buckets were reduced

@@ -18,6 +18,7 @@ Modules, one job each:
   ps_protocol      the PS protocol (push, pull, STEP, ABSENT) and the shard layout both sides share
   ps_server        ParameterServer: aggregates pushes, runs the optimizer on its shards, answers pulls
   ps_worker        PSWorker: pushes gradient shards, pulls parameters into the model's tensors
+  staging          how GPU tensors cross the flows: pinned host slots per flow, side streams, events
   server_optimizer OptimizerSpec: the user's optimizer as data, which every server rebuilds per shard
   signed_store     a rendezvous store whose values are authenticated with the job secret
   hooks            DDP comm hook and TCPStore rendezvous

@@ -24,14 +24,32 @@ of its flow and is added (reduce-scatter) or copied (all-gather) into the bucket
 device, on that flow's side stream; the CPU does not add. `wait()` makes the caller's stream wait
 for those streams, without synchronising the device.
 
+Send order (`Policy.collective_key`): under the ordering policies (endhost, geryon) a flow's send
+queue is ordered by (class, collective, urgency, queuing order), so a slice of an urgent collective
+started while an earlier bulk one is in flight leaves before every bulk slice still queued, both the
+pieces of this rank's own chunks and the slices it forwards: it overtakes the bulk on every link of
+the ring (preemption by slicing). On each link it waits only behind what is past the queue: the
+piece being written and what the kernel holds, unsent or unacknowledged, which the credit bounds:
+the flows to the right neighbour get a send buffer of one rate-sized piece (`credit_bytes`, about
+`slice_seconds` at the link's rate), not the kernel's autotuned megabytes that TCP would let fill
+the bottleneck's queue. Under geryon each class has a flow of its own, which the hosts' and
+switches' priority queues order; the key orders the collectives that share a flow. The FIFO policies
+(vanilla, slicing) send collective after collective. A receiver matches a slice by its header
+(collective, bucket, offset), never by its arrival order, and a slice of a collective this rank has
+not started yet waits on its flow's receiving thread until the rank starts it. Preemption changes
+when a slice moves, never what is added to what: the sums below are the same bits.
+
 Reduction order (deterministic, bit-exact): chunk c is summed along the ring starting at rank c,
     ((x_c + x_{c+1}) + x_{c+2}) + ... + x_{c+world-1}      (indices mod world)
 with torch's elementwise add in the tensors' own dtype; `op="avg"` then divides that sum by world
 once, at the owner. `reference_allreduce` computes exactly this with plain torch ops.
 
-Every rank must pass the same tensors (sizes, dtypes, priorities) in the same order; the first
-call with a new plan exchanges SHA-256 digests of the bucket plan round the ring and every rank
-raises ProtocolError when any rank differs.
+Every rank must start the same collectives (tensors' sizes, dtypes, priorities) in the same order.
+The first call with a new plan exchanges SHA-256 digests of the bucket plan round the ring and
+every rank raises ProtocolError when any rank differs. Every data slice carries its bucket's class
+and the receiver checks it against its own, so ranks that agree on each plan but start them in
+another order (one rank's collective n urgent, its neighbour's bulk) raise ProtocolError too: the
+ranks' schedules cannot silently differ.
 """
 
 from __future__ import annotations
@@ -61,7 +79,7 @@ BANDWIDTH_BOUND_SLICES = 16   # a collective moving fewer slice_bytes than this 
 PIECES_PER_CHUNK = 4          # a piece is at most this fraction of a chunk: the ring still pipelines
 
 
-def piece_bytes(config: TransportConfig, link_rate: float | None, chunk_bytes: int) -> int:
+def piece_bytes(config: TransportConfig, link_rate: float | None, chunk_bytes: float) -> int:
     """Bytes per slice of a chunk this rank starts: `slice_seconds` at `link_rate` (bytes/s, None:
     unknown), within [slice_bytes, max_slice_bytes] and at most chunk_bytes / PIECES_PER_CHUNK
     (never below slice_bytes)."""
@@ -69,6 +87,15 @@ def piece_bytes(config: TransportConfig, link_rate: float | None, chunk_bytes: i
         return config.slice_bytes
     target = min(link_rate * config.slice_seconds, config.max_slice_bytes, chunk_bytes / PIECES_PER_CHUNK)
     return max(config.slice_bytes, int(target))
+
+
+def credit_bytes(config: TransportConfig, link_rate: float | None) -> int:
+    """What a ring flow of an ordering policy may hold in the kernel, unsent or unacknowledged: one
+    rate-sized piece (`piece_bytes` of an unbounded chunk), so an urgent slice queued behind it waits
+    about one piece per link. The kernel's send buffer (`Flow.bound_send_buffer`) is twice that
+    (capped at net.core.wmem_max), so a flow carries twice the credit per round trip: the link's
+    rate while the round trip stays under 2 x slice_seconds and the cap is not reached."""
+    return piece_bytes(config, link_rate, float("inf"))
 
 
 @dataclass
@@ -161,6 +188,10 @@ class AllreduceWork:
     def __init__(self, group: AllreduceGroup, op: _Collective | None, tensors, finish):
         self._group, self._op, self._tensors, self._finish = group, op, tensors, finish
 
+    def is_completed(self) -> bool:
+        """Whether the reduction has ended on this rank: `wait()` would not wait for the network."""
+        return self._op is None or self._op.remaining == 0
+
     def wait(self) -> list[torch.Tensor]:
         if self._op is not None:
             self._group._wait(self._op)
@@ -196,6 +227,7 @@ class AllreduceGroup(PoolOwner):
         self.stage_host = stage_host
         self._prepared = PreparedCache()
         self.link_rate: float | None = None       # bytes/s of the last bandwidth-bound collective
+        self._credit: int | None = None           # the send buffer the flows to the right have now
         self.pool = None
         if world == 1:
             return
@@ -205,6 +237,7 @@ class AllreduceGroup(PoolOwner):
         if not (world == 2 and rank == 1):
             self.pool.connect(self.right, tuple(peers[self.right]))
         self.pool.wait_connected({self.left, self.right})
+        self._bound_credit()
 
     # -- public API ---------------------------------------------------------------------------
     def allreduce(self, tensors, priorities=None, op: str = "sum") -> list[torch.Tensor]:
@@ -285,17 +318,22 @@ class AllreduceGroup(PoolOwner):
     def _send_control(self, seq: int, origin: int, digest: bytes) -> None:
         frame = encode_control(Kind.PLAN, digest, job_id=self.config.job_id, iteration=seq,
                                tensor_id=origin)
-        self.pool.flow(self.right, 0, wait=True).send(self.policy.send_key(seq, -1, 0, next_sequence()), frame)
+        # class -1: ahead of every data slice queued on the flow (see `control`)
+        self.pool.flow(self.right, 0, wait=True).send(self.policy.collective_key(seq, -1, 0, next_sequence()),
+                                                      frame)
 
     def control(self, flow, header, payload: bytes) -> None:
         if header.kind != Kind.PLAN or flow.peer_id != self.left or len(payload) != 32 \
                 or header.tensor_id >= self.world:
             raise ProtocolError(f"unexpected {header.kind.name} control frame from {flow.name}")
+        # Passed on before it is recorded: once this rank holds every digest it may queue the
+        # collective's data, and the right neighbour's receiving thread, which waits for this rank's
+        # data of a collective it has not started, must find the digest it still lacks ahead of it.
+        if header.tensor_id != self.right:
+            self._send_control(header.iteration, header.tensor_id, payload)
         with self.pool.cond:
             self._digests.setdefault(header.iteration, {})[header.tensor_id] = payload
             self.pool.cond.notify_all()
-        if header.tensor_id != self.right:
-            self._send_control(header.iteration, header.tensor_id, payload)
 
     # -- running a collective -----------------------------------------------------------------
     def _flatten(self, tensors, bucket: Bucket) -> torch.Tensor:
@@ -371,7 +409,8 @@ class AllreduceGroup(PoolOwner):
         return run.starts[c], end
 
     def _send_key(self, collective: _Collective, run: _BucketRun) -> tuple:
-        return self.policy.send_key(collective.seq, run.bucket.priority, run.bucket.urgency, next_sequence())
+        return self.policy.collective_key(collective.seq, run.bucket.priority, run.bucket.urgency,
+                                          next_sequence())
 
     def _send(self, collective: _Collective, run: _BucketRun, kind: Kind, offset: int, length: int,
               key: tuple | None = None, then=None, after: Marker = None):
@@ -429,7 +468,20 @@ class AllreduceGroup(PoolOwner):
                     elapsed = time.monotonic() - collective.started
                     if elapsed > 0:
                         self.link_rate = collective.link_bytes / elapsed
+                        self._bound_credit()
             self.pool.cond.notify_all()
+
+    def _bound_credit(self) -> None:
+        """Give the flows to the right neighbour the send buffer of the current credit (ordering
+        policies only: under FIFO nothing overtakes, so the kernel keeps sizing the buffer)."""
+        if not self.policy.urgency_order:
+            return
+        credit = credit_bytes(self.config, self.link_rate)
+        if credit == self._credit:
+            return
+        self._credit = credit
+        for index in range(self.pool.flow_count):
+            self.pool.flow(self.right, index).bound_send_buffer(credit)
 
     def _wait(self, collective: _Collective) -> None:
         self.pool.wait_until(lambda: collective.remaining == 0, f"allreduce #{collective.seq}",
@@ -448,6 +500,11 @@ class AllreduceGroup(PoolOwner):
         if collective is None or header.tensor_id >= len(collective.runs):
             raise ProtocolError(f"{header.describe()} from {flow.name} matches no allreduce in flight")
         run = collective.runs[header.tensor_id]
+        if header.priority != run.bucket.priority:
+            raise ProtocolError(
+                f"ranks disagree on the class of allreduce #{seq} bucket {run.bucket.id}: rank {self.left} "
+                f"sends it as class {header.priority}, rank {self.rank} has class {run.bucket.priority}; "
+                "every rank must start the same collectives, with the same priorities, in the same order")
         if header.dtype != run.bucket.dtype or header.offset + header.length > run.bucket.numel:
             raise ProtocolError(f"{header.describe()} from {flow.name} does not fit bucket "
                                 f"{run.bucket.id} ({run.bucket.numel} x {run.bucket.dtype})")

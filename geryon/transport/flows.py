@@ -235,6 +235,16 @@ class Flow:
             emit_from_header(tracer, "queued", self.peer, self.name, header)
         self.queue.put(_Queued(key, header, payload, on_sent))
 
+    def bound_send_buffer(self, nbytes: int) -> None:
+        """Hold at most about `nbytes` in the kernel for this connection, unsent or unacknowledged
+        (SO_SNDBUF: the kernel doubles it for its bookkeeping and caps it at net.core.wmem_max); the
+        kernel's autotuning of the buffer ends. A closed connection is left alone."""
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, nbytes)
+        except OSError as exc:
+            if not self.closing:
+                raise TransportError(f"cannot bound the send buffer of {self.name}: {exc}") from None
+
     @property
     def peer(self) -> str:
         return self.pool.peer_name(self.peer_id)

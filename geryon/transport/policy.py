@@ -38,12 +38,24 @@ class Policy:
     def send_key(self, epoch: int, priority: int, urgency: int, seq: int) -> tuple:
         """Sort key of a frame in its flow's send queue (smaller goes first).
 
-        `epoch` (iteration or collective number) comes first so that a later collective never
-        overtakes an earlier one on the same connection, which the receiver relies on.
+        `epoch` (a PS iteration, a group reduce's number) comes first so that a later one never
+        overtakes an earlier one on the same connection. The ring allreduce uses `collective_key`.
         """
         if not self.urgency_order:
             return (epoch, seq)
         return (epoch, priority, urgency, seq)
+
+    def collective_key(self, collective: int, priority: int, urgency: int, seq: int) -> tuple:
+        """Sort key of a ring allreduce frame in its flow's send queue (smaller goes first).
+
+        Under the ordering policies the class comes first, then the collective: a slice of a later,
+        more urgent collective leaves before the queued slices of an earlier, less urgent one
+        (preemption by slicing), while collectives of one class keep their order. The FIFO policies
+        send collective after collective, in queuing order.
+        """
+        if not self.urgency_order:
+            return (collective, seq)
+        return (priority, collective, urgency, seq)
 
 
 # How a PS plan deals slices to servers (geryon.transport.shards.plan_shards): "bytes" to the server

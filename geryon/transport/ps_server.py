@@ -9,6 +9,14 @@ connection under a worker's id is that connection only: a malformed frame, a sta
 cuts it, the worker goes on training, and a PARAM the server cannot send on it is skipped (the worker,
 waiting for it, fails on its own timeout). So an authenticated peer that opens a spare connection
 under a joined worker's id cannot end the job by misbehaving on it.
+
+Where a shard lives: on the CPU by default (the usual deployment: servers on CPU hosts). Made with
+`device="cuda"` (`--server-device cuda`), a server holds each shard's value and optimizer state on
+that GPU and runs the optimizer step there; the workers' pushes still land in host buffers (sockets
+read host memory) and their mean is made on the CPU in the gradients' dtype (the same bits a GPU's
+add and divide make), then copied to the GPU for the step, and the updated value is copied back to a
+host mirror that pulls are answered from. Checkpoints and class switches read CPU copies
+(`ServerShard.value`, `ServerShard.state`), so their files load on any machine.
 """
 
 from __future__ import annotations
@@ -27,7 +35,8 @@ from geryon.transport import elementwise
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
 from geryon.transport.ps_protocol import shard_layout
-from geryon.transport.server_optimizer import STEP_HEADER, OptimizerSpec, apply_hyper, group_offsets, shard_state
+from geryon.transport.server_optimizer import (SCALAR_STATE, STEP_HEADER, OptimizerSpec, apply_hyper,
+                                               group_offsets, shard_state)
 from geryon.transport.shards import Shard
 from geryon.transport.wire import Kind, byte_view, dtype_code, encode_control, encode_header
 
@@ -41,12 +50,16 @@ class ServerShard:
     """A server's state for one shard: value, per-worker gradient buffers, its optimizer."""
 
     def __init__(self, shard: Shard, value: torch.Tensor, workers: int, spec: OptimizerSpec,
-                 group: int):
+                 group: int, device: torch.device | str = "cpu"):
         self.shard = shard
-        self.param = value.detach().clone().reshape(-1)
-        self.grads = [torch.empty_like(self.param) for _ in range(workers)]
+        self.device = torch.device(device)
+        self.host = value.detach().to("cpu", copy=True).reshape(-1)   # what pulls are answered from
+        # on the CPU the host tensor is the value itself; on a GPU the value lives there
+        self.param = self.host if self.device.type == "cpu" else self.host.to(self.device)
+        self.grads = [torch.empty_like(self.host) for _ in range(workers)]
+        self.device_grad = None if self.device.type == "cpu" else torch.empty_like(self.param)
         # the wire's views of them, made once (the tensors are only ever updated in place)
-        self.param_bytes = byte_view(self.param)
+        self.param_bytes = byte_view(self.host)
         self.grad_bytes = [byte_view(grad) for grad in self.grads]
         self.dtype_code = dtype_code(self.param.dtype)
         self.group = group
@@ -88,7 +101,9 @@ class ServerShard:
     def update(self, grad: torch.Tensor, plan: "StepPlan", spec: OptimizerSpec, offsets) -> None:
         """Apply one iteration: the mean gradient (MEAN), or one step of the user's optimizer."""
         if spec.mean_only:
-            elementwise.copy_(self.param, grad)
+            elementwise.copy_(self.host, grad)
+            if self.param is not self.host:
+                self.param.copy_(self.host)
             return
         if self.optimizer is None or not self.present(plan):
             return   # in no group, or no worker had a gradient: torch.optim leaves it as it is
@@ -96,6 +111,8 @@ class ServerShard:
             grad.mul_(plan.scale)
         if plan.hyper is not None:
             apply_hyper(self.optimizer, spec.groups[self.group], plan.hyper, offsets[self.group])
+        if self.device_grad is not None:
+            grad = self.device_grad.copy_(grad)
         self.param.grad = grad
         try:
             if self._step is not None:
@@ -104,9 +121,42 @@ class ServerShard:
                 self.optimizer.step()
         finally:
             self.param.grad = None
+        if self.param is not self.host:
+            self.host.copy_(self.param)   # waits for the step: pulls send the host mirror
+
+    def value(self) -> torch.Tensor:
+        """A CPU copy of the shard's current value (for checkpoints and class switches)."""
+        return self.host.clone()
+
+    def load_value(self, value: torch.Tensor) -> None:
+        """Set the shard's value (idle shards only)."""
+        self.host.copy_(value)
+        if self.param is not self.host:
+            self.param.copy_(self.host)
 
     def state(self) -> dict:
-        return dict(self.optimizer.state.get(self.param, {})) if self.optimizer is not None else {}
+        """The shard's optimizer state, its tensors on the CPU (as they are on a CPU server)."""
+        if self.optimizer is None:
+            return {}
+        return {key: value.cpu() if torch.is_tensor(value) else value
+                for key, value in self.optimizer.state.get(self.param, {}).items()}
+
+    def load_state(self, state: dict) -> None:
+        """Replace the shard's optimizer state by `state` (a shard's part; empty: none)."""
+        self.optimizer.state.pop(self.param, None)
+        if state:
+            self.optimizer.state[self.param] = {key: self._placed(key, value) for key, value in state.items()}
+
+    def _placed(self, key: str, value):
+        """A state value where torch.optim keeps it (its load_state_dict's rule): tensors on the
+        shard's device, except scalars such as `step`, which stay on the CPU unless the optimizer
+        is capturable or fused."""
+        if not torch.is_tensor(value):
+            return value
+        group = self.optimizer.param_groups[0]
+        if key in SCALAR_STATE and not (group.get("capturable") or group.get("fused")):
+            return value
+        return value.to(self.device)
 
 
 @dataclass
@@ -140,13 +190,14 @@ class ParameterServer(PoolOwner):
     `norm_exchange(iteration, partial) -> [partial of server 0, 1, ...]`: how servers share their
     part of the gradient norm when a worker asks for clipping (one server: not needed).
     `state_exchange(server, op, key)`: runs a worker's STATE request ("save" or "load" under `key`,
-    or "checkpoint" of step `key`).
+    or "checkpoint" of step `key`). `device`: where the shards' values and optimizer state live
+    and the optimizer steps (module docstring).
     """
 
     def __init__(self, index: int, servers: int, workers: int, params, config: TransportConfig,
                  listen: tuple[str, int], priorities=None, *, optimizer: OptimizerSpec | None = None,
                  step_frames: bool = False, norm_exchange=None, state_exchange=None,
-                 lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0,
+                 device: torch.device | str = "cpu", lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0,
                  dampening: float = 0.0, nesterov: bool = False):
         params = [p.detach() for p in params]
         self.index, self.servers, self.workers, self.config = index, servers, workers, config
@@ -176,7 +227,7 @@ class ParameterServer(PoolOwner):
                 flat = params[shard.tensor_id].reshape(-1)
                 group = -1 if optimizer.mean_only else optimizer.tensor_group[shard.tensor_id]
                 self.shards[shard.key] = ServerShard(
-                    shard, flat[shard.offset:shard.offset + shard.length], workers, optimizer, group)
+                    shard, flat[shard.offset:shard.offset + shard.length], workers, optimizer, group, device)
         self.failure: TransportError | None = None   # the first worker lost; the job is over
         self._failed_at = 0.0
         self.joined: set[int] = set()   # workers that sent the right plan digest (took part)
@@ -206,13 +257,11 @@ class ParameterServer(PoolOwner):
             with state.lock:
                 length = state.shard.length
                 if values is not None:
-                    state.param.copy_(values[tensor].detach().reshape(-1)[offset:offset + length])
+                    state.load_value(values[tensor].detach().reshape(-1)[offset:offset + length])
                 if states is not None and state.optimizer is not None:
                     whole = states[tensor] or {}
-                    state.optimizer.state.pop(state.param, None)
-                    if whole:
-                        state.optimizer.state[state.param] = shard_state(
-                            whole, torch.empty(self.shapes[tensor]), offset, length)
+                    state.load_state(shard_state(whole, torch.empty(self.shapes[tensor]), offset, length)
+                                     if whole else {})
 
     def set_version(self, version: int) -> None:
         for state in self.shards.values():

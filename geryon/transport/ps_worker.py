@@ -1,6 +1,15 @@
 """The parameter-server worker: pushes gradient shards, pulls parameters into the model's tensors.
 
 The protocol it speaks with the servers is described in geryon.transport.ps_protocol.
+
+Parameters on a GPU (and CPU ones when the worker is made with `stage_host=True`, which runs the
+same pipeline on host buffers) cross through geryon.transport.staging, as the allreduce's buckets
+do: a pushed shard is a `StagedSlice` that the flow's sender copies from the device into one of its
+host slots on a side stream when its turn comes (once the compute stream has made the gradient:
+`push_tensor`'s marker), while the slice before it is on the wire; a pulled shard lands in a host
+slot of its flow and is copied into the parameter on the flow's side stream, after the work the
+compute stream had queued when the pull was asked for. `wait_param` then makes the caller's stream
+wait for those copies' events: the forward's per-layer waits never synchronise the device.
 """
 
 from __future__ import annotations
@@ -15,24 +24,32 @@ from geryon.transport.config import TransportConfig
 from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
 from geryon.transport.ps_protocol import shard_layout
 from geryon.transport.shards import Shard, bytes_per_server
+from geryon.transport.staging import HostStaging, Marker, StagedSlice, mark, staging_for
 from geryon.transport.wire import Kind, byte_view, dtype_code, encode_control, encode_header, slice_view
 
 
 class PSWorker(PoolOwner):
     """Worker `rank` of `workers`: pushes gradients to and pulls parameters from the servers.
 
-    `params` are the model's parameter tensors (contiguous, CPU), in the same order as the
-    servers'; pulled values are written into them in place.
+    `params` are the model's parameter tensors (contiguous; on the CPU or a CUDA device), in the
+    same order as the servers'; pulled values are written into them in place. Tensors not on the
+    CPU are staged (module docstring); `stage_host=True` stages CPU tensors the same way.
     """
 
     def __init__(self, rank: int, workers: int, servers, params, config: TransportConfig,
-                 priorities=None):
+                 priorities=None, stage_host: bool = False):
         self.rank, self.config = rank, config
         self.policy = config.scheduling
         self.params = [p.data if isinstance(p, torch.nn.Parameter) else p for p in params]
         for p in self.params:
             if not p.is_contiguous():
                 raise ConfigError("PSWorker needs contiguous parameter tensors")
+        self.staged = [stage_host or p.device.type != "cpu" for p in self.params]
+        self._outboxes: dict[tuple, HostStaging] = {}   # (sending flow, device) -> its staging
+        self._inboxes: dict[tuple, HostStaging] = {}    # (receiving flow, device) -> its staging
+        self._landing: dict[object, Shard] = {}         # receiving flow -> the staged shard it reads
+        self._pull_marks: dict[torch.device, Marker] = {}   # per device: the compute work before the pull
+        self.ready: list[list[Marker]] = [[] for _ in self.params]   # per tensor: its shards' copies
         self.specs, self.plan, self.digest = shard_layout(self.params, priorities, config, len(servers), workers)
         self.bytes_per_server = bytes_per_server(self.specs, self.plan, len(servers))
         self.by_key = {s.key: s for s in self.plan}
@@ -84,20 +101,56 @@ class PSWorker(PoolOwner):
 
         For pushing during backward, as each gradient becomes ready (geryon.runtime.ps_sync): push
         every tensor once per iteration, then advance with `self.iteration += 1` and `pull()`.
-        `grad` must stay unchanged until the servers have it (the next pull completes).
+        `grad` must stay unchanged until the servers have it (the next pull completes). A staged
+        tensor's shards are copied out of `grad` once the work queued on the caller's stream so far
+        (the work that made `grad`) is done.
         """
         spec = self.specs[tensor]
         grad = grad.detach()
         self._check_gradient(tensor, grad)
         grad = grad.contiguous()
-        data, size, code = byte_view(grad), grad.element_size(), dtype_code(spec.dtype)
+        staged = self.staged[tensor]
+        if staged:
+            data, after = grad.reshape(-1), mark(grad.device)
+        else:
+            data = byte_view(grad)
+        size, code = grad.element_size(), dtype_code(spec.dtype)
         for shard in self.shards_of[tensor]:
             header = encode_header(Kind.PUSH, job_id=self.config.job_id, iteration=self.iteration,
                                    tensor_id=shard.tensor_id, offset=shard.offset, length=shard.length,
                                    dtype=code, priority=shard.priority)
             key = self.policy.send_key(self.iteration, shard.priority, shard.urgency, next_sequence())
             flow = self.pool.flow(shard.server, self.policy.flow_of(shard.priority))
-            flow.send(key, header, data[shard.offset * size:(shard.offset + shard.length) * size])
+            if staged:
+                payload = StagedSlice(self._outbox(flow, grad.device),
+                                      data[shard.offset:shard.offset + shard.length], after)
+            else:
+                payload = data[shard.offset * size:(shard.offset + shard.length) * size]
+            flow.send(key, header, payload)
+
+    def _outbox(self, flow, device) -> HostStaging:
+        """The staging `flow`'s sender copies `device` shards through (used by that thread only)."""
+        with self.pool.cond:
+            staging = self._outboxes.get((flow, device))
+            if staging is None:
+                staging = self._outboxes[(flow, device)] = staging_for(device, self.config.max_slice_bytes)
+        return staging
+
+    @property
+    def staging_bytes(self) -> int:
+        """Host bytes held by this worker's staging (SLOTS slots per flow, direction and device used)."""
+        with self.pool.cond:
+            stagings = [*self._outboxes.values(), *self._inboxes.values()]
+        return sum(staging.slot_bytes for staging in stagings)
+
+    def _inbox(self, flow, device) -> HostStaging:
+        """The staging `flow`'s receive thread lands `device` shards in (used by that thread only)."""
+        staging = self._inboxes.get((flow, device))
+        if staging is None:
+            staging = staging_for(device, self.config.max_slice_bytes)
+            with self.pool.cond:
+                self._inboxes[(flow, device)] = staging
+        return staging
 
     def push_absent(self, tensor: int) -> None:
         """Tell the servers this worker has no gradient for `tensor` in iteration `self.iteration`.
@@ -114,12 +167,17 @@ class PSWorker(PoolOwner):
     def pull(self, iteration: int | None = None) -> None:
         """Ask every server for version `iteration` (default: the current one) of its shards."""
         iteration = self.iteration if iteration is None else iteration
+        # a pulled value replaces a parameter only after the compute work queued so far (its reads)
+        marks = {device: mark(device) for device in {p.device for p, staged in zip(self.params, self.staged)
+                                                      if staged}}
         with self.pool.cond:
             self.pull_iteration = iteration
+            self._pull_marks = marks
             for key in self.pulled:
                 self.pulled[key] = -1
             for tid, shards in enumerate(self.shards_of):
                 self.missing[tid] = len(shards)
+                self.ready[tid] = []
             self.last_progress = time.monotonic()
         frame = encode_control(Kind.PULL, b"", job_id=self.config.job_id, iteration=iteration)
         for server in self.servers:
@@ -167,11 +225,23 @@ class PSWorker(PoolOwner):
             raise ConfigError(f"optimizer state {op} failed: {errors[0]}")
 
     def wait_param(self, tensor: int) -> torch.Tensor:
-        """Block until parameter `tensor` (index) holds the pulled version; return it."""
+        """Block until parameter `tensor` (index) holds the pulled version; return it.
+
+        A staged tensor on a GPU: block until its shards have landed, then make the caller's
+        current stream wait for their copies to the device (the device is not synchronised). Every
+        caller waits for them (a reader on another thread or stream too) until the next pull.
+        """
         self.pool.wait_until(lambda: self.missing[tensor] == 0,
                              f"parameter {tensor} of iteration {self.pull_iteration}",
                              sorted({s.server for s in self.shards_of[tensor]}),
                              progress=lambda: self.last_progress)
+        if self.staged[tensor]:
+            with self.pool.cond:
+                markers = list(self.ready[tensor])
+            param = self.params[tensor]
+            for marker in markers:
+                if marker is not None:
+                    torch.cuda.current_stream(param.device).wait_event(marker)
         return self.params[tensor]
 
     def wait_all(self) -> None:
@@ -199,11 +269,26 @@ class PSWorker(PoolOwner):
             if header.iteration != self.pull_iteration or self.pulled[shard.key] == header.iteration:
                 raise ProtocolError(f"{flow.name} sent {header.describe()} unasked "
                                     f"(pulling iteration {self.pull_iteration})")
-        return slice_view(self.params[shard.tensor_id], shard.offset, shard.length)
+        param = self.params[shard.tensor_id]
+        if self.staged[shard.tensor_id]:
+            self._landing[flow] = shard
+            return self._inbox(flow, param.device).landing(header.payload_len)
+        return slice_view(param, shard.offset, shard.length)
 
     def delivered(self, flow, header) -> None:
         shard = self._shard_for(flow, header)
+        ready = None
+        if self.staged[shard.tensor_id]:
+            if self._landing.pop(flow, None) is not shard:
+                raise ProtocolError(f"{header.describe()} from {flow.name} was not the frame it announced")
+            param = self.params[shard.tensor_id]
+            with self.pool.cond:
+                after = self._pull_marks.get(param.device)
+            ready = self._inbox(flow, param.device).into(
+                param.reshape(-1)[shard.offset:shard.offset + shard.length], add=False, after=after)
         with self.pool.cond:
+            if ready is not None:
+                self.ready[shard.tensor_id].append(ready)
             self.pulled[shard.key] = header.iteration
             self.missing[shard.tensor_id] -= 1
             self.last_progress = time.monotonic()

@@ -1,0 +1,633 @@
+"""`geryon sim --jobs`: several training jobs and a background flow on one fabric, under the tenants
+bench's four policies, by a fluid event simulation of one representative worker host.
+
+    result = simulate_jobs(JobsSetting(jobs=(JobMix("vgg19", "ps"), JobMix("resnet50", "allreduce")),
+                                       workers=512, rate_bps=100e9, oversubscription=4), "fabric")
+
+The model. Every job has `workers` workers, all jobs' workers on the same hosts (as `geryon bench
+tenants` places them), PS servers on hosts of their own; workers are symmetric, so one worker host
+stands for all: its port out (`up`) and in (`down`), and, when a flow crosses the spine of a
+leaf-spine fabric, that host's share of its leaf's uplink (`spine_up`, `spine_down`: rate /
+oversubscription each, the leaf's hosts sharing the uplink evenly). Per job and iteration, from the
+model's per-layer profile (compute times x compute_scale, parameter bytes x size_scale):
+
+    forward  layer l waits for its parameters (PS: the pulled version; allreduce: its averaged gradient)
+    backward layer l's gradient leaves when its compute ends: a PS push (up), then, once pushed and
+             once the backward pass ended (the pull is asked for then, as the replayed workers do), the
+             pull of layer l (down); an allreduce sends and receives 2(W-1)/W x its bytes (up and down)
+    background  one bulk flow into the host, never ending (a checkpoint reader), from beyond the leaf
+
+Every job runs `warmup` then `iterations` iterations and keeps iterating until all jobs are done
+(steady state), or, with `segments` (how `compare_record` runs a bench record), as the bench runs a
+segment: warm-up, then every job's iterations started together, a job that is done idling, the
+background on from the measured start.
+
+Each stream (job, direction, class) sends its chunks one at a time in its sender's order: FIFO for
+vanilla; the class first, then arrival, for endhost and the fabric policies (the replayed roles'
+`--within-class fifo`). Tensors' classes are the replayed roles' (threshold_split at the job's
+threshold, by position). A port serves its flows as `geryon.netconf.render.linux` programs it: every
+present class gets its guaranteed HTB rate (`class_rates`), the rest goes to the highest present
+priority level, weighted levels split by weight; inside a class, flows share per TCP connection (a PS
+worker has one per server, a ring rank one to its neighbour, the background one). Under vanilla and
+endhost everything is unmarked, so one class; under the fabric policies the classes of
+`geryon.netconf.tenants.tenant_profile`, with job weights for fabric+weights (GPU intensity, as the
+bench computes it). A flow on several ports moves at the least of its ports' shares.
+
+What it leaves out: CPU contention (the emulation's 2 shared cores), TCP's own dynamics (slow start,
+queueing delay), latency, the ring's step-by-step pipelining and stragglers. `compare_record` puts it
+beside a `geryon bench tenants` record, job by job.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import statistics
+import sys
+from dataclasses import dataclass, field, replace
+
+from geryon.categorize.classes import threshold_split
+from geryon.categorize.profiles import LayerProfile, resolve_profile
+from geryon.errors import ConfigError
+from geryon.netconf.qos_profile import STRICT
+from geryon.netconf.render.linux import class_rates
+from geryon.netconf.tenants import BACKGROUND, BACKGROUND_PERCENT, BULK, Tenant, Tenants, tenant_profile
+from geryon.sim.scenario import EMULATED_FRAME_BYTES, ETHERNET_FRAME_BYTES, MAX_WORKERS, payload_rate
+
+POLICIES = ("vanilla", "endhost", "fabric", "fabric+weights")
+KINDS = ("ps", "allreduce")
+THRESHOLD = 0.5          # the replayed jobs' default class split (JobSpec.threshold)
+BATCH = 32
+BACKGROUND_JOB = "background"
+EPSILON_BITS = 1e-3
+WARMUP = 5               # iterations before the measure: a job's first ones start with every parameter in place
+
+
+@dataclass(frozen=True)
+class JobMix:
+    model: str
+    kind: str = "ps"
+    weight: float = 1.0      # fabric+weights: GPU time per byte delayed (set by `with_weights`)
+
+    @staticmethod
+    def parse(text: str) -> "JobMix":
+        model, _, kind = text.strip().partition(":")
+        kind = kind or "ps"
+        if kind not in KINDS or not model:
+            raise ConfigError(f"job {text!r}: give MODEL, MODEL:ps or MODEL:allreduce")
+        return JobMix(model, kind)
+
+
+@dataclass(frozen=True)
+class JobsSetting:
+    jobs: tuple[JobMix, ...]
+    workers: int = 2                  # per job, on shared hosts
+    rate_bps: float = 200e6           # every host link, line rate
+    size_scale: float = 1.0
+    compute_scale: float = 1.0
+    oversubscription: float = 1.0
+    hosts_per_leaf: int = 16
+    background: bool = True
+    background_percent: int = BACKGROUND_PERCENT
+    iterations: int = 10
+    warmup: int = WARMUP
+    frame_bytes: int = ETHERNET_FRAME_BYTES   # EMULATED_FRAME_BYTES for an emulated (veth, HTB) port
+    compute_s: tuple[float, ...] | None = None   # per job, measured compute per iteration (overrides profile)
+    segments: bool = False   # as `bench tenants` runs them: warm-up, then every job's iterations started together,
+    #                          a job done idles, background on from the measured start (else: steady state)
+    cpu_wait_s: tuple[float, ...] | None = None  # per job, seconds per iteration its compute waited for a CPU
+
+    def __post_init__(self):
+        if not self.jobs:
+            raise ConfigError("give at least one job")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ConfigError(f"workers per job must be 1-{MAX_WORKERS}, got {self.workers}")
+        if self.hosts > MAX_WORKERS:
+            raise ConfigError(f"{self.hosts} hosts: at most {MAX_WORKERS} (workers and PS servers); give fewer "
+                              "--workers")
+        if self.oversubscription < 1 or self.hosts_per_leaf < 1:
+            raise ConfigError("oversubscription must be at least 1 and hosts per leaf at least 1")
+        if any(j.kind == "allreduce" for j in self.jobs) and self.workers < 2:
+            raise ConfigError("an allreduce job needs at least 2 workers")
+
+    @property
+    def hosts(self) -> int:
+        """Worker hosts (shared by every job) and PS server hosts; the background comes from beyond them."""
+        return (2 if any(j.kind == "ps" for j in self.jobs) else 1) * self.workers
+
+    @property
+    def payload_bps(self) -> float:
+        return payload_rate(self.rate_bps, 1500, self.frame_bytes)
+
+
+def job_profiles(setting: JobsSetting) -> list[LayerProfile]:
+    return [resolve_profile(job.model, batch=BATCH) for job in setting.jobs]
+
+
+def with_weights(setting: JobsSetting) -> JobsSetting:
+    """Each job's weight = its GPU intensity (compute per iteration over bytes per iteration), as the
+    tenants bench sets it."""
+    profiles = job_profiles(setting)
+    weights = []
+    for index, profile in enumerate(profiles):
+        compute = _job_compute_s(setting, index, profile)
+        weights.append(compute / max(profile.param_bytes * setting.size_scale, 1.0))
+    return replace(setting, jobs=tuple(replace(j, weight=w) for j, w in zip(setting.jobs, weights)))
+
+
+def _job_compute_s(setting: JobsSetting, index: int, profile: LayerProfile) -> float:
+    if setting.compute_s is not None:
+        return setting.compute_s[index]
+    return (profile.forward_ns + profile.backward_ns) * 1e-9 * setting.compute_scale
+
+
+@dataclass
+class _Chunk:
+    job: int
+    kind: str              # push, pull, ring, background
+    layer: int
+    cls: str               # network class name
+    order: tuple           # sender's order inside its stream
+    bits: float
+    ports: tuple[str, ...]
+    connections: int
+    done: object = None    # callback(now)
+
+
+@dataclass
+class _Stream:
+    queue: list = field(default_factory=list)    # heap of (order, seq, chunk)
+
+    def head(self):
+        return self.queue[0][2] if self.queue else None
+
+
+class _Fabric:
+    """The representative host's ports and the classes every port serves (one policy)."""
+
+    def __init__(self, setting: JobsSetting, policy: str):
+        self.setting = setting
+        self.policy = policy
+        rate = setting.payload_bps
+        crosses = setting.hosts > setting.hosts_per_leaf
+        self.capacity = {"up": rate, "down": rate}
+        if crosses:
+            self.capacity.update(spine_up=rate / setting.oversubscription,
+                                 spine_down=rate / setting.oversubscription)
+        self.ps_cross = 2 * setting.workers > setting.hosts_per_leaf    # servers on other leaves
+        self.ring_cross = setting.workers > setting.hosts_per_leaf      # a ring hop leaves the leaf
+        self.background_cross = crosses
+        fabric = policy.startswith("fabric")
+        weighted = policy == "fabric+weights"
+        tenants = Tenants("sim", tuple(Tenant(f"job{i}", j.weight if weighted else 1.0)
+                                       for i, j in enumerate(setting.jobs)), setting.background_percent)
+        self.profile = tenant_profile(tenants)
+        if fabric:
+            levels = tenants.levels()
+            names = [c.name for c in self.profile.classes]
+            self.urgent_class = [names[levels.index(t.weight)] for t in tenants.tenants]
+            self.classes = list(self.profile.classes)
+        else:
+            self.urgent_class = [BULK] * len(setting.jobs)
+            self.classes = [c for c in self.profile.classes if c.name == BULK]
+        self.fabric = fabric
+        self.rank = {c.name: i for i, c in enumerate(self.classes)}
+
+    def net_class(self, job: int, tensor_class: int) -> str:
+        return self.urgent_class[job] if tensor_class == 0 else BULK
+
+    def background_class(self) -> str:
+        return BACKGROUND if self.fabric else BULK
+
+    def port_shares(self, port: str, heads: list[_Chunk]) -> dict[int, float]:
+        """bits/s per head chunk (by id) on `port`: HTB guaranteed rates, the rest to the highest present
+        level, per connection inside a class."""
+        capacity = self.capacity[port]
+        present = {}
+        for chunk in heads:
+            present.setdefault(chunk.cls, []).append(chunk)
+        if not present:
+            return {}
+        if len(self.classes) == 1:
+            class_bw = {BULK: capacity}
+        else:
+            guaranteed = dict(zip((c.name for c in self.classes), class_rates(self.profile, capacity)))
+            class_bw = {name: guaranteed[name] for name in present}
+            spare = capacity - sum(class_bw.values())
+            strict = [c for c in self.classes if c.strict and c.name in present]
+            if strict:
+                class_bw[strict[0].name] += spare
+            else:
+                weighted = [c for c in self.classes if c.scheduler != STRICT and c.name in present]
+                total = sum(c.weight or 1 for c in weighted)
+                for c in weighted:
+                    class_bw[c.name] += spare * (c.weight or 1) / total
+        shares = {}
+        for name, chunks in present.items():
+            connections = sum(c.connections for c in chunks)
+            for chunk in chunks:
+                shares[id(chunk)] = class_bw[name] * chunk.connections / connections
+        return shares
+
+
+class _Job:
+    """One job's representative worker: compute through its layers, its chunks in flight."""
+
+    def __init__(self, sim: "_Sim", index: int, job: JobMix, profile: LayerProfile):
+        self.sim, self.index, self.job = sim, index, job
+        setting = sim.setting
+        self.layers = profile.layers
+        scale = setting.compute_scale
+        if setting.compute_s is not None:    # measured compute: the profile's shape, the measured total
+            scale = setting.compute_s[index] / ((profile.forward_ns + profile.backward_ns) * 1e-9)
+        self.compute_s = (profile.forward_ns + profile.backward_ns) * 1e-9 * scale   # the GPU's, utilisation's
+        if setting.cpu_wait_s is not None:   # a shared CPU stretches every layer's replay alike
+            scale *= 1 + setting.cpu_wait_s[index] / self.compute_s
+        self.forward_s = [layer.forward_ns * 1e-9 * scale for layer in self.layers]
+        self.backward_s = [layer.backward_ns * 1e-9 * scale for layer in self.layers]
+        ranking = profile.ranking()
+        classes = threshold_split(ranking, [THRESHOLD], metric="position", max_classes=2).class_of
+        index_of = {layer.name: i for i, layer in enumerate(self.layers)}
+        self.tensor_class = {index_of[p.name]: c for p, c in zip(ranking, classes)}
+        self.bits = {i: layer.param_bytes * setting.size_scale * 8 for i, layer in enumerate(self.layers)
+                     if layer.param_bytes > 0}
+        self.ready: set[int] = set(self.bits)        # parameters available for the next forward
+        self.pushed: set[int] = set()
+        self.backward_done = False       # the pull of this iteration's pushes is asked for once it is
+        self.iteration = 0
+        self.step_start = 0.0
+        self.steps: list[float] = []
+        self.waiting_for: int | None = None
+        self.arrivals = 0
+
+    # -- compute ------------------------------------------------------------------------------
+    def start_iteration(self, now: float) -> None:
+        self.step_start = now
+        self.forward(0, now)
+
+    def forward(self, layer: int, now: float) -> None:
+        if layer == len(self.layers):   # every pull of the last iteration landed: its pushes are done
+            self.backward_done = False
+            self.backward(len(self.layers) - 1, now)
+            return
+        if layer in self.bits and layer not in self.ready:
+            self.waiting_for = layer
+            return
+        self.ready.discard(layer)
+        self.sim.at(now + self.forward_s[layer], lambda t: self.forward(layer + 1, t))
+
+    def backward(self, layer: int, now: float) -> None:
+        def end(t):
+            if layer in self.bits:
+                self.gradient(layer, t)
+            if layer == 0:
+                self.end_backward(t)
+            else:
+                self.backward(layer - 1, t)
+        self.sim.at(now + self.backward_s[layer], end)
+
+    def end_backward(self, now: float) -> None:
+        self.steps.append(now - self.step_start)
+        self.backward_done = True
+        if self.job.kind == "ps":
+            for layer in sorted(self.pushed):
+                self.pull(layer)
+            self.pushed = set()
+        self.iteration += 1
+        setting = self.sim.setting
+        if setting.segments and self.iteration == setting.warmup:
+            self.sim.warmed(self.index, now)      # the measured iterations start together
+            return
+        if self.iteration >= setting.warmup + setting.iterations:
+            self.sim.finished(self.index)
+            if setting.segments or not self.sim.running:
+                return
+        self.start_iteration(now)               # steady: keep the others company until they are done
+
+    def param_arrived(self, layer: int, now: float) -> None:
+        self.ready.add(layer)
+        if self.waiting_for == layer:
+            self.waiting_for = None
+            self.forward(layer, now)
+
+    # -- communication ------------------------------------------------------------------------
+    def gradient(self, layer: int, now: float) -> None:
+        sim, setting = self.sim, self.sim.setting
+        cls = sim.fabric.net_class(self.index, self.tensor_class[layer])
+        order = (0,) if sim.policy == "vanilla" else (self.tensor_class[layer],)
+        self.arrivals += 1
+        order += (self.arrivals,)
+        if self.job.kind == "ps":
+            ports = ("up",) + (("spine_up",) if sim.fabric.ps_cross and "spine_up" in sim.fabric.capacity else ())
+            sim.send(_Chunk(self.index, "push", layer, cls, order, self.bits[layer], ports, setting.workers,
+                            done=lambda t: self.push_done(layer, t)))
+        else:
+            world = setting.workers
+            ports = ("up", "down")
+            if sim.fabric.ring_cross and "spine_up" in sim.fabric.capacity:
+                ports += ("spine_up", "spine_down")
+            sim.send(_Chunk(self.index, "ring", layer, cls, order, self.bits[layer] * 2 * (world - 1) / world,
+                            ports, 1, done=lambda t: self.param_arrived(layer, t)))
+
+    def push_done(self, layer: int, now: float) -> None:
+        if self.backward_done:            # the pull was asked for already: the server answers now
+            self.pull(layer)
+        else:
+            self.pushed.add(layer)
+
+    def pull(self, layer: int) -> None:
+        sim = self.sim
+        cls = sim.fabric.net_class(self.index, self.tensor_class[layer])
+        self.arrivals += 1
+        order = ((0,) if sim.policy == "vanilla" else (self.tensor_class[layer],)) + (self.arrivals,)
+        ports = ("down",) + (("spine_down",) if sim.fabric.ps_cross and "spine_down" in sim.fabric.capacity else ())
+        sim.send(_Chunk(self.index, "pull", layer, cls, order, self.bits[layer], ports, sim.setting.workers,
+                        done=lambda t: self.param_arrived(layer, t)))
+
+
+class _Sim:
+    def __init__(self, setting: JobsSetting, policy: str):
+        if policy not in POLICIES:
+            raise ConfigError(f"unknown policy {policy!r}: choose from {', '.join(POLICIES)}")
+        self.setting, self.policy = setting, policy
+        self.fabric = _Fabric(setting, policy)
+        self.now = 0.0
+        self.timers: list = []
+        self.seq = 0
+        self.streams: dict[tuple, _Stream] = {}
+        self.running = set(range(len(setting.jobs)))
+        self.waiting: set[int] = set()
+        self.jobs = [_Job(self, i, job, profile) for i, (job, profile)
+                     in enumerate(zip(setting.jobs, job_profiles(setting)))]
+        self.background_bits = 0.0
+        self.measure_from: float | None = None
+        self.background = None
+        if setting.background:
+            ports = ("down",) + (("spine_down",) if self.fabric.background_cross else ())
+            self.background = _Chunk(-1, "background", -1, self.fabric.background_class(), (0,), math.inf,
+                                     ports, 1)
+
+    def at(self, when: float, callback) -> None:
+        self.seq += 1
+        heapq.heappush(self.timers, (when, self.seq, callback))
+
+    def send(self, chunk: _Chunk) -> None:
+        key = (chunk.job, chunk.kind, chunk.cls)
+        self.seq += 1
+        heapq.heappush(self.streams.setdefault(key, _Stream()).queue, (chunk.order, self.seq, chunk))
+
+    def finished(self, index: int) -> None:
+        self.running.discard(index)
+
+    def warmed(self, index: int, now: float) -> None:
+        self.waiting.add(index)
+        if len(self.waiting) == len(self.jobs):
+            self.measure_from = now
+            for job in self.jobs:
+                job.start_iteration(now)
+
+    def heads(self) -> list[_Chunk]:
+        heads = [s.head() for s in self.streams.values() if s.queue]
+        if self.background is not None and self.running and (self.measure_from is not None
+                                                             or not self.setting.segments):
+            heads.append(self.background)
+        return heads
+
+    def rates(self, heads: list[_Chunk]) -> dict[int, float]:
+        per_port = {}
+        for port in self.fabric.capacity:
+            on_port = [c for c in heads if port in c.ports]
+            per_port[port] = self.fabric.port_shares(port, on_port)
+        return {id(c): min(per_port[p][id(c)] for p in c.ports) for c in heads}
+
+    def run(self) -> dict:
+        for job in self.jobs:
+            job.start_iteration(0.0)
+        while self.running:
+            heads = self.heads()
+            rates = self.rates(heads)
+            next_timer = self.timers[0][0] if self.timers else math.inf
+            finish = min(((c.bits / rates[id(c)], c) for c in heads if c.kind != "background" and rates[id(c)] > 0),
+                         default=(math.inf, None), key=lambda x: x[0])
+            step = min(next_timer - self.now, finish[0])
+            if step == math.inf:
+                raise ConfigError("the simulated jobs stalled: no transfer moves and no compute runs")
+            self._advance(heads, rates, step)
+            done = [c for c in heads if c.kind != "background" and c.bits <= EPSILON_BITS]
+            for chunk in done:
+                heapq.heappop(self.streams[(chunk.job, chunk.kind, chunk.cls)].queue)
+            for chunk in done:
+                chunk.done(self.now)
+            while self.timers and self.timers[0][0] <= self.now + 1e-12:
+                _, _, callback = heapq.heappop(self.timers)
+                callback(self.now)
+        return self.result()
+
+    def _advance(self, heads, rates, step: float) -> None:
+        for chunk in heads:
+            moved = rates[id(chunk)] * step
+            if chunk.kind == "background":
+                if self.measure_from is not None:
+                    self.background_bits += moved
+            else:
+                chunk.bits -= moved
+        self.now += step
+        if (self.measure_from is None and not self.setting.segments
+                and all(j.iteration >= self.setting.warmup for j in self.jobs)):
+            self.measure_from = self.now
+
+    def result(self) -> dict:
+        s = self.setting
+        jobs = []
+        for job in self.jobs:
+            steps = job.steps[s.warmup:s.warmup + s.iterations]
+            iteration = statistics.median(steps)
+            jobs.append({"job": f"{job.job.model}-{job.job.kind}-{job.index}", "median_iteration_s": iteration,
+                         "compute_s": job.compute_s, "utilisation": job.compute_s / statistics.mean(steps)})
+        wall = sum(statistics.mean(j.steps[s.warmup:s.warmup + s.iterations]) for j in self.jobs)
+        compute = sum(j.compute_s for j in self.jobs)
+        elapsed = self.now - (self.measure_from or 0.0)
+        share = None
+        if s.background and elapsed > 0:
+            share = self.background_bits / elapsed / s.payload_bps
+        return {"policy": self.policy, "jobs": jobs, "aggregate_utilisation": compute / wall,
+                "background_share": share, "seconds": self.now}
+
+
+def simulate_jobs(setting: JobsSetting, policy: str) -> dict:
+    """Per job its median iteration and utilisation, the aggregate utilisation (compute over wall summed
+    over jobs' workers: the workers are symmetric), the background's share of the payload rate."""
+    if policy == "fabric+weights":
+        setting = with_weights(setting)
+    return _Sim(setting, policy).run()
+
+
+def setting_from_record(record: dict) -> JobsSetting:
+    """The JobsSetting a `geryon bench tenants` record was measured with: its jobs, rate, scales, and each
+    job's replayed compute per iteration (the mean of its workers' nominal)."""
+    from geryon.rates import parse_rate
+
+    s = record["settings"]
+    return JobsSetting(jobs=tuple(JobMix.parse(m) for m in s["models"]), workers=s["workers"],
+                       rate_bps=parse_rate(s["rate"]), size_scale=s["size_scale"], compute_scale=s["time_scale"],
+                       background=s["background"], background_percent=s["background_percent"],
+                       iterations=s["iterations"], warmup=s["warmup"], segments=True,
+                       frame_bytes=EMULATED_FRAME_BYTES,
+                       compute_s=tuple(statistics.mean(c) for c in record["compute_s"]))
+
+
+def measured_cpu_wait(record: dict, policy: str) -> tuple[float, ...] | None:
+    """Per job, the median over the policy's repetitions of its measured CPU wait per iteration."""
+    rows = [r for r in record["rows"] if r["policy"] == policy]
+    waits = [[j.get("cpu_wait_s") for j in r["jobs"]] for r in rows]
+    if not waits or any(w is None for per_row in waits for w in per_row):
+        return None
+    return tuple(statistics.median(column) for column in zip(*waits))
+
+
+def compare_record(record: dict, cpu_wait: bool = False) -> list[dict]:
+    """Simulated beside measured, per policy and job: iteration time, utilisation, background share, and the
+    simulation's relative error on the iteration time and the aggregate utilisation. cpu_wait: each job's
+    compute stretched by the CPU wait the bench measured under that policy (records that have it)."""
+    setting = setting_from_record(record)
+    rows = []
+    for policy, measured in record["summary"].items():
+        waits = measured_cpu_wait(record, policy) if cpu_wait else None
+        if cpu_wait and waits is None:
+            raise ConfigError("this record has no per-job cpu_wait_s: run --compare without --cpu-wait")
+        simulated = simulate_jobs(replace(setting, cpu_wait_s=waits), policy)
+        for sim_job, (name, emu_job) in zip(simulated["jobs"], measured["jobs"].items()):
+            rows.append({"policy": policy, "job": name, "sim_iteration_s": sim_job["median_iteration_s"],
+                         "emu_iteration_s": emu_job["median_iteration_s"],
+                         "iteration_error": sim_job["median_iteration_s"] / emu_job["median_iteration_s"] - 1,
+                         "sim_utilisation": sim_job["utilisation"], "emu_utilisation": emu_job["utilisation"]})
+        rows.append({"policy": policy, "job": "aggregate",
+                     "sim_utilisation": simulated["aggregate_utilisation"],
+                     "emu_utilisation": measured["aggregate_utilisation"],
+                     "utilisation_error": simulated["aggregate_utilisation"] / measured["aggregate_utilisation"] - 1,
+                     "sim_background_share": simulated["background_share"],
+                     "emu_background_share": measured["background_share"]})
+    return rows
+
+
+def compare_table(rows: list[dict]) -> str:
+    lines = [f"{'policy':<15} {'job':<22} {'sim s':>8} {'emu s':>8} {'error':>7}  {'sim util':>8} {'emu util':>8}"
+             f" {'error':>7}  background sim/emu"]
+    for r in rows:
+        if r["job"] == "aggregate":
+            bg = ("" if r["sim_background_share"] is None else
+                  f"  {r['sim_background_share']:.1%} / {r['emu_background_share']:.1%}")
+            lines.append(f"{r['policy']:<15} {'aggregate':<22} {'':>8} {'':>8} {'':>7}  {r['sim_utilisation']:8.3f}"
+                         f" {r['emu_utilisation']:8.3f} {r['utilisation_error']:+7.1%}{bg}")
+        else:
+            lines.append(f"{r['policy']:<15} {r['job']:<22} {r['sim_iteration_s']:8.3f} {r['emu_iteration_s']:8.3f}"
+                         f" {r['iteration_error']:+7.1%}  {r['sim_utilisation']:8.3f} {r['emu_utilisation']:8.3f}")
+    return "\n".join(lines)
+
+
+def whatif(base: JobsSetting, mixes: dict[str, tuple[JobMix, ...]], oversubscriptions) -> dict:
+    """Aggregate utilisation per policy across job mixes (at base's oversubscription) and across
+    oversubscriptions (at the last mix): {"jobs": {policy: [...]}, "oversubscription": {policy: [...]}}."""
+    out = {"mixes": list(mixes), "oversubscriptions": list(oversubscriptions), "jobs": {}, "oversubscription": {}}
+    for policy in POLICIES:
+        out["jobs"][policy] = [simulate_jobs(replace(base, jobs=mix), policy)["aggregate_utilisation"]
+                               for mix in mixes.values()]
+        last = list(mixes.values())[-1]
+        out["oversubscription"][policy] = [
+            simulate_jobs(replace(base, jobs=last, oversubscription=r), policy)["aggregate_utilisation"]
+            for r in oversubscriptions]
+    return out
+
+
+WHATIF_MIXES = {"1 job": ("vgg19",), "2 jobs": ("vgg19", "resnet50:allreduce"),
+                "3 jobs": ("vgg19", "resnet50:allreduce", "resnet50")}
+WHATIF_OVERSUBSCRIPTION = (1, 2, 4, 8)
+
+
+def setting_from_args(args) -> JobsSetting:
+    from geryon.sim.paper import LINKS
+
+    if args.bw is not None and not 1 <= args.bw <= 400:
+        raise ConfigError(f"--bw must be 1-400 Gbit/s, got {args.bw:g}")
+    if args.cpu_wait:
+        raise ConfigError("--cpu-wait takes its waits from a record: give it with --compare")
+    if not 0 < args.size_scale <= 1:
+        raise ConfigError(f"--size-scale is a byte scale in (0, 1], got {args.size_scale:g}")
+    return JobsSetting(jobs=tuple(JobMix.parse(text) for text in args.jobs.split(",") if text.strip()),
+                       workers=args.workers, rate_bps=args.bw * 1e9 if args.bw else LINKS[args.link],
+                       size_scale=args.size_scale, compute_scale=args.compute_scale or 1.0,
+                       oversubscription=args.oversubscription, hosts_per_leaf=args.hosts_per_leaf or 16,
+                       background=not args.no_background, background_percent=args.background_percent,
+                       iterations=args.iterations)
+
+
+def policy_table(results: list[dict]) -> str:
+    lines = []
+    for r in results:
+        share = "" if r["background_share"] is None else f"  background {r['background_share']:.1%}"
+        jobs = "  ".join(f"{j['job']} {j['median_iteration_s'] * 1e3:.1f} ms ({j['utilisation']:.2f})"
+                         for j in r["jobs"])
+        lines.append(f"{r['policy']:<15} aggregate utilisation {r['aggregate_utilisation']:.3f}  {jobs}{share}")
+    return "\n".join(lines)
+
+
+def run_jobs(args) -> int:
+    """`geryon sim --jobs ...`: the mix under every policy; with --compare a tenants bench record beside
+    its simulation; with --out the what-if curves (jobs, oversubscription)."""
+    import json
+
+    if args.compare:
+        with open(args.compare) as handle:
+            record = json.load(handle)
+        if "summary" not in record or "compute_s" not in record:
+            raise ConfigError(f"{args.compare} is not a `geryon bench tenants --json` record")
+        rows = compare_record(record, cpu_wait=args.cpu_wait)
+        if args.json:
+            print(json.dumps(rows, indent=1))
+            return 0
+        print(compare_table(rows))
+        errors = [abs(r["iteration_error"]) for r in rows if "iteration_error" in r]
+        utilisation = [abs(r["utilisation_error"]) for r in rows if "utilisation_error" in r]
+        print(f"largest error: iteration time {max(errors):.1%}, aggregate utilisation {max(utilisation):.1%} "
+              f"(load average when measured: {record['load_average']['before']:.1f} on {record['cpus']} cores)")
+        return 0
+    if not args.jobs:
+        raise ConfigError("--jobs needs a mix (e.g. --jobs vgg19,resnet50:allreduce) unless --compare gives a record")
+    setting = setting_from_args(args)
+    results = [simulate_jobs(setting, policy) for policy in POLICIES]
+    if args.json:
+        print(json.dumps({"hosts": setting.hosts, "results": results}, indent=1))
+    else:
+        print(f"{len(setting.jobs)} jobs x {setting.workers} workers on {setting.hosts} hosts, "
+              f"{setting.rate_bps / 1e9:g} Gbit/s links, oversubscription {setting.oversubscription:g}:1, "
+              f"{setting.hosts_per_leaf} hosts per leaf, size scale {setting.size_scale:g}")
+        print(policy_table(results))
+    if args.out:
+        write_whatif(setting, args.out)
+        print(f"wrote {args.out}/jobs_whatif.json, jobs_vs_mix.png, jobs_vs_oversubscription.png", file=sys.stderr)
+    return 0
+
+
+def write_whatif(base: JobsSetting, out) -> dict:
+    import json
+    from pathlib import Path
+
+    from geryon.sim.report import line_chart
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    mixes = {name: tuple(JobMix.parse(m) for m in models) for name, models in WHATIF_MIXES.items()}
+    curves = whatif(base, mixes, WHATIF_OVERSUBSCRIPTION)
+    curves["setting"] = {"workers": base.workers, "rate_bps": base.rate_bps, "size_scale": base.size_scale,
+                         "oversubscription": base.oversubscription, "hosts_per_leaf": base.hosts_per_leaf}
+    (out / "jobs_whatif.json").write_text(json.dumps(curves, indent=1) + "\n")
+    xs = list(range(1, len(mixes) + 1))
+    line_chart({p: (xs, curves["jobs"][p]) for p in POLICIES}, out / "jobs_vs_mix.png",
+               f"aggregate utilisation vs jobs ({base.workers} workers each, "
+               f"{base.oversubscription:g}:1)", "jobs (vgg19 PS, + resnet50 ring, + resnet50 PS)",
+               "aggregate GPU-time utilisation")
+    line_chart({p: (list(WHATIF_OVERSUBSCRIPTION), curves["oversubscription"][p]) for p in POLICIES},
+               out / "jobs_vs_oversubscription.png",
+               f"aggregate utilisation vs oversubscription ({len(mixes)} jobs, {base.workers} workers each)",
+               "oversubscription (R:1)", "aggregate GPU-time utilisation")
+    return curves

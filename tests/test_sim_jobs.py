@@ -1,0 +1,114 @@
+"""geryon sim --jobs: the fluid model of job mixes on one fabric. Its ports serve classes as the Linux target
+programs them, a job alone on a fast fabric is compute-bound, a ring on a slow one is bandwidth-bound, the
+background keeps its floor, and a tenants bench record compares with its own simulation."""
+
+import argparse
+import json
+from dataclasses import replace
+
+import pytest
+
+from geryon.errors import ConfigError
+from geryon.netconf.tenants import BACKGROUND, BULK, URGENT
+from geryon.sim.jobs import (POLICIES, JobMix, JobsSetting, _Chunk, _Fabric, compare_record, run_jobs,
+                             setting_from_record, simulate_jobs)
+
+PS_AND_RING = (JobMix("vgg19", "ps"), JobMix("resnet50", "allreduce"))
+
+
+def chunk(cls, connections=1):
+    return _Chunk(0, "pull", 0, cls, (0,), 1e9, ("down",), connections)
+
+
+def test_a_port_serves_classes_as_linux_htb_does():
+    setting = JobsSetting(jobs=PS_AND_RING, rate_bps=100e6)
+    fabric = _Fabric(setting, "fabric")
+    urgent, bulk, background = chunk(URGENT), chunk(BULK), chunk(BACKGROUND)
+    shares = fabric.port_shares("down", [urgent, bulk, background])
+    capacity = fabric.capacity["down"]
+    assert shares[id(background)] == pytest.approx(0.10 * capacity)   # its floor, under the strict class
+    assert shares[id(urgent)] > 0.88 * capacity and shares[id(bulk)] < 0.01 * capacity
+    assert sum(shares.values()) == pytest.approx(capacity)
+    # unmarked (endhost): one class, shared per TCP connection
+    flat = _Fabric(setting, "endhost")
+    ps, ring = chunk(BULK, connections=3), chunk(BULK)
+    shares = flat.port_shares("down", [ps, ring])
+    assert shares[id(ps)] == pytest.approx(3 * shares[id(ring)]) and sum(shares.values()) == pytest.approx(capacity)
+
+
+def test_a_job_alone_on_a_fast_fabric_is_compute_bound():
+    setting = JobsSetting(jobs=(JobMix("resnet50", "ps"),), rate_bps=400e9, size_scale=0.001, background=False)
+    result = simulate_jobs(setting, "vanilla")
+    (job,) = result["jobs"]
+    assert job["median_iteration_s"] == pytest.approx(job["compute_s"], rel=0.01)
+    assert result["aggregate_utilisation"] == pytest.approx(1.0, abs=0.01) and result["background_share"] is None
+
+
+def test_a_shared_cpu_stretches_compute_but_not_the_utilisations_numerator():
+    setting = JobsSetting(jobs=(JobMix("resnet50", "ps"),), rate_bps=400e9, size_scale=0.001, background=False,
+                          compute_s=(0.1,), cpu_wait_s=(0.1,))
+    (job,) = simulate_jobs(setting, "vanilla")["jobs"]
+    assert job["median_iteration_s"] == pytest.approx(0.2, rel=0.01)
+    assert job["compute_s"] == pytest.approx(0.1) and job["utilisation"] == pytest.approx(0.5, rel=0.01)
+
+
+def test_a_ring_on_a_slow_fabric_waits_for_its_bytes():
+    setting = JobsSetting(jobs=(JobMix("resnet50", "allreduce"),), workers=4, rate_bps=10e6, size_scale=0.01,
+                          background=False)
+    result = simulate_jobs(setting, "vanilla")
+    from geryon.categorize.profiles import resolve_profile
+
+    ring_bits = resolve_profile("resnet50", batch=32).param_bytes * 0.01 * 8 * 2 * 3 / 4
+    assert result["jobs"][0]["median_iteration_s"] >= ring_bits / setting.payload_bps
+
+
+def test_background_keeps_its_floor_and_fabric_classes_help_the_jobs():
+    setting = JobsSetting(jobs=PS_AND_RING, workers=2, rate_bps=50e6, size_scale=0.01)
+    results = {policy: simulate_jobs(setting, policy) for policy in POLICIES}
+    assert results["fabric"]["background_share"] >= 0.10
+    assert results["fabric"]["aggregate_utilisation"] > results["endhost"]["aggregate_utilisation"]
+
+
+def test_up_to_1024_hosts_on_an_oversubscribed_leaf_spine():
+    setting = JobsSetting(jobs=PS_AND_RING, workers=512, rate_bps=100e9, oversubscription=4, iterations=3)
+    assert setting.hosts == 1024
+    result = simulate_jobs(setting, "fabric")
+    assert all(0 < j["utilisation"] <= 1 for j in result["jobs"])
+    with pytest.raises(ConfigError, match="at most 1024"):
+        replace(setting, workers=513)
+
+
+def test_segments_start_together_and_steady_state_keeps_every_job_running():
+    setting = JobsSetting(jobs=PS_AND_RING, workers=2, rate_bps=200e6, size_scale=0.01, iterations=4)
+    steady = simulate_jobs(setting, "fabric")
+    segments = simulate_jobs(replace(setting, segments=True), "fabric")
+    # the ring job finishes first; in a segment the PS job's last iterations then run alone, faster
+    assert segments["jobs"][0]["median_iteration_s"] < steady["jobs"][0]["median_iteration_s"]
+
+
+def test_a_record_compares_with_its_own_simulation(tmp_path, capsys):
+    models = ("vgg19", "resnet50:allreduce")
+    setting = JobsSetting(jobs=tuple(JobMix.parse(m) for m in models), workers=2, rate_bps=200e6,
+                          size_scale=0.01, frame_bytes=14, compute_s=(0.15, 0.1), warmup=2, segments=True)
+    summary = {}
+    for policy in ("endhost", "fabric"):
+        r = simulate_jobs(setting, policy)
+        summary[policy] = {"aggregate_utilisation": r["aggregate_utilisation"],
+                           "background_share": r["background_share"],
+                           "jobs": {j["job"]: {"median_iteration_s": j["median_iteration_s"],
+                                               "utilisation": j["utilisation"]} for j in r["jobs"]}}
+    record = {"settings": {"models": list(models), "workers": 2, "rate": "200mbit", "size_scale": 0.01,
+                           "time_scale": 1.0, "background": True, "background_percent": 10, "iterations": 10,
+                           "warmup": 2},
+              "compute_s": [[0.15, 0.15], [0.1, 0.1]], "summary": summary,
+              "load_average": {"before": 1.0, "after": 1.0}, "cpus": 2}
+    assert setting_from_record(record) == setting
+    rows = compare_record(record)
+    assert [r["job"] for r in rows] == ["vgg19-ps-0", "resnet50-allreduce-1", "aggregate"] * 2
+    assert all(r.get("iteration_error", 0) == pytest.approx(0, abs=1e-9) for r in rows)
+    assert all(r.get("utilisation_error", 0) == pytest.approx(0, abs=1e-9) for r in rows)
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(record))
+    args = argparse.Namespace(jobs="", compare=str(path), json=False, cpu_wait=False)   # sim --jobs --compare
+    assert run_jobs(args) == 0
+    assert "largest error: iteration time 0.0%" in capsys.readouterr().out
