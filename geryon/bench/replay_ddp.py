@@ -15,10 +15,10 @@ replay_roles' LEARNING_RATE) the moment it lands. Then the next forward waits:
                    the first layers compute while the big late layers still travel.
 Classes: `vanilla` and `slicing` have none (every tensor in one class: DDP's own order, buckets cut by
 size only); `endhost` and `geryon` take the replay's split (CONV before FC by default), so an urgent
-bucket travels on its own class's flow under `geryon`.
+bucket goes ahead of bulk in the ring's send queues, and under `geryon` on its own class's flow.
 
-Commands as the PS worker's (replay_roles): connect {threshold, peers, port, transport: {...,
-"overlap": "barrier"|"next-forward"}}, step, run, compute, scale, drain, exit. Every gradient is 1.0
+Commands as the PS worker's (replay_roles): connect {threshold, peers: [[ip, port], ...], transport:
+{..., "overlap": "barrier"|"next-forward"}}, step, run, compute, scale, drain, exit. Every gradient is 1.0
 and the average of W ones is exactly 1.0, so after n iterations every parameter is -n x LEARNING_RATE
 exactly on every rank (`applied`, checked by the driver): a reduction lost or applied twice shows.
 """
