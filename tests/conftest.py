@@ -24,11 +24,11 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # `timing` and runs alone. Every other module runs alone.
 CONCURRENT_MODULES = frozenset("""
     test_allreduce test_allreduce_overlap test_allreduce_prepared test_analyze test_api test_api_transport
-    test_bench_diff test_bench_loopback test_bench_paper test_bench_paper_math test_bench_periods
-    test_bench_tenants test_bench_wire_ring test_benches test_categorize_classes test_categorize_cli
-    test_categorize_model test_categorize_urgency test_childproc test_class_groups test_class_groups_cuda
-    test_cluster_emulated test_cluster_qos test_cuda_training test_ddp_compat test_demo test_device
-    test_docs_links test_emulate_cli test_emulate_cluster test_emulate_mtu test_emulate_topology
+    test_bench_diff test_bench_loopback test_bench_paper test_bench_paper_allreduce test_bench_paper_math
+    test_bench_periods test_bench_tenants test_bench_wire_ring test_benches test_categorize_classes
+    test_categorize_cli test_categorize_model test_categorize_urgency test_childproc test_class_groups
+    test_class_groups_cuda test_cluster_emulated test_cluster_qos test_cuda_training test_ddp_compat test_demo
+    test_device test_docs_links test_emulate_cli test_emulate_cluster test_emulate_mtu test_emulate_topology
     test_engines_emulated test_engines_env test_engines_files test_example test_fuzz_volume test_gloo_buffers
     test_gpu_check test_hostfile test_launch_config test_launch_emulate test_launch_local test_launch_recover
     test_launch_search test_launch_ssh test_launch_supervise test_launch_transport test_lint
@@ -37,9 +37,9 @@ CONCURRENT_MODULES = frozenset("""
     test_qos_ackprio test_qos_counters test_qos_profile test_qos_render test_qos_safety test_qos_safety_sonic
     test_qos_tcstate test_qos_tenants test_qos_vendor_session test_reduce_gloo test_report_threshold
     test_ring_preemption test_safefiles test_search_methods test_security_launch test_security_rendezvous
-    test_security_tls test_server_optimizer test_sim test_sim_jobs test_staging test_threshold_emulated
-    test_threshold_search test_threshold_sigterm test_timeline test_train_resnet test_transport_ddp
-    test_transport_emulated test_transport_fastpath test_transport_flows test_transport_hooks
+    test_security_tls test_server_optimizer test_sim test_sim_jobs test_sim_ring test_staging
+    test_threshold_emulated test_threshold_search test_threshold_sigterm test_timeline test_train_resnet
+    test_transport_ddp test_transport_emulated test_transport_fastpath test_transport_flows test_transport_hooks
     test_transport_trace test_wheel test_wire
 """.split())
 
