@@ -29,7 +29,7 @@ CONCURRENT_MODULES = frozenset("""
     test_gloo_buffers test_hostfile test_launch_config test_launch_emulate test_launch_local
     test_launch_recover test_launch_search test_launch_ssh test_lint test_netconf_classes
     test_netconf_plan test_netnames test_profile_parse test_ps_optimizers_launch test_ps_reads
-    test_qos_profile test_qos_render test_qos_safety test_qos_safety_sonic test_qos_tenants
+    test_qos_profile test_qos_render test_qos_safety test_qos_safety_sonic test_qos_tenants test_quickexit
     test_reduce_gloo test_report_threshold test_search_methods test_server_optimizer test_sim
     test_staging test_timeline test_train_resnet test_transport_ddp test_transport_emulated test_wheel
     test_wire
