@@ -35,12 +35,12 @@ CONCURRENT_MODULES = frozenset("""
     test_netconf_ackprio test_netconf_apply test_netconf_classes test_netconf_cli test_netconf_plan
     test_netnames test_partial_sync test_profile_parse test_ps test_ps_optimizers_launch test_ps_reads
     test_qos_ackprio test_qos_counters test_qos_profile test_qos_render test_qos_safety test_qos_safety_sonic
-    test_qos_tcstate test_qos_tenants test_qos_vendor_session test_reduce_gloo test_report_threshold
-    test_ring_preemption test_safefiles test_search_methods test_security_launch test_security_rendezvous
-    test_security_tls test_server_optimizer test_sim test_sim_jobs test_sim_ring test_staging
-    test_threshold_emulated test_threshold_search test_threshold_sigterm test_timeline test_train_resnet
-    test_transport_ddp test_transport_emulated test_transport_fastpath test_transport_flows test_transport_hooks
-    test_transport_trace test_wheel test_wire
+    test_qos_tcstate test_qos_tenants test_qos_vendor_session test_quickexit test_reduce_gloo
+    test_report_threshold test_ring_preemption test_safefiles test_search_methods test_security_launch
+    test_security_rendezvous test_security_tls test_server_optimizer test_sim test_sim_jobs test_sim_ring
+    test_staging test_threshold_emulated test_threshold_search test_threshold_sigterm test_timeline
+    test_train_resnet test_transport_ddp test_transport_emulated test_transport_fastpath test_transport_flows
+    test_transport_hooks test_transport_trace test_wheel test_wire
 """.split())
 
 

@@ -1,7 +1,9 @@
 """A tiny training script for the PS optimizer tests: one case per --case, final state_dict to --out.
 
 Alone (one process) it trains on the whole global batch; under geryon.launch each of the W workers
-trains on its slice of the same global batch, so every mode must end with the same parameters.
+trains on its slice of the same global batch, so every mode must end with the same parameters. A test
+computes the one-process reference in its own process with `train_case(parse_args([...]), RankEnv())`:
+the same code, without starting an interpreter and importing torch for each case.
 """
 
 import argparse
@@ -12,8 +14,6 @@ import torch
 
 import geryon
 
-warnings.filterwarnings("error", message=".*lr_scheduler.step.*")
-warnings.filterwarnings("error", message=".*optimizer.step.*overridden.*")
 GLOBAL_BATCH, FEATURES, CLASSES = 8, 6, 3
 
 
@@ -118,7 +118,13 @@ def optimizer_for(case: str, model, steps: int):
     raise SystemExit(f"unknown case {case}")
 
 
-def main() -> None:
+def strict_warnings() -> None:
+    """torch's warnings that a scheduler or an optimizer's step() is called out of order become errors."""
+    warnings.filterwarnings("error", message=".*lr_scheduler.step.*")
+    warnings.filterwarnings("error", message=".*optimizer.step.*overridden.*")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--case", required=True)
     parser.add_argument("--out", required=True)
@@ -126,8 +132,12 @@ def main() -> None:
     parser.add_argument("--save-at", type=int, default=None, help="write a checkpoint after this many steps")
     parser.add_argument("--checkpoint", default=None, help="where --save-at writes, --resume reads")
     parser.add_argument("--resume", action="store_true", help="load --checkpoint before training")
-    args = parser.parse_args()
-    ctx = geryon.init()
+    return parser.parse_args(argv)
+
+
+def train_case(args: argparse.Namespace, ctx) -> dict:
+    """Train `args.case` as rank ctx.rank of ctx.world_size (distributed by geryon.distribute for
+    `ctx`); the final state_dict, detached. One process (the default RankEnv) is the reference run."""
     torch.manual_seed(7)
     inputs = torch.randn(args.steps, GLOBAL_BATCH, FEATURES)
     labels = torch.randint(0, CLASSES, (args.steps, GLOBAL_BATCH))
@@ -136,7 +146,7 @@ def main() -> None:
 
     model = build(args.case)
     optimizer, scheduler, make_scheduler = optimizer_for(args.case, model, args.steps)
-    model, optimizer = geryon.distribute(model, optimizer)
+    model, optimizer = geryon.distribute(model, optimizer, job=ctx)
     if make_scheduler is not None:
         scheduler = make_scheduler(optimizer)
 
@@ -191,8 +201,16 @@ def main() -> None:
                 if ctx.is_main:
                     torch.save(state, args.checkpoint)
     state = model.module.state_dict() if hasattr(model, "module") else model.state_dict()
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+def main() -> None:
+    strict_warnings()
+    args = parse_args()
+    ctx = geryon.init()
+    state = train_case(args, ctx)
     if ctx.is_main:
-        torch.save({k: v.detach().clone() for k, v in state.items()}, args.out)
+        torch.save(state, args.out)
         print("saved", args.out, flush=True)
 
 

@@ -35,6 +35,7 @@ import torch
 from geryon import envvars
 from geryon.bench.paper_math import read_proc_stat
 from geryon.errors import GeryonError, TransportError
+from geryon.quickexit import exit_without_collecting
 from geryon.transport.config import TransportConfig
 from geryon.transport.tls import load_credentials
 
@@ -439,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    exit_without_collecting()   # a role imports torch: its exit need not collect torch's objects
     args = build_parser().parse_args(argv)
     if args.role in ("ps-server", "prio-server"):
         args.servers = int(args.servers)

@@ -46,6 +46,7 @@ from datetime import timedelta
 
 from geryon.errors import ConfigError
 from geryon.gloo_buffers import KeptBuffers, broadcast_in_place, copy_back
+from geryon.quickexit import exit_without_collecting
 from geryon.runtime import env as rank_env
 from geryon.runtime.engines import join_engine_job
 from geryon.runtime.env import RankEnv
@@ -65,6 +66,7 @@ def init(backend: str = DEFAULT_BACKEND, timeout: timedelta = timedelta(minutes=
     When this process sees CUDA, the rank's GPU (by LOCAL_RANK) becomes the current CUDA device and
     `ctx.device` names it; otherwise `ctx.device` is the CPU."""
     global _context
+    exit_without_collecting()   # this process imported torch: its exit need not collect torch's objects
     context = rank_env.current()
     join_engine_job(context, backend, timeout)   # an engine's server ranks serve here and exit
     from geryon.runtime.device import use_rank_device

@@ -45,6 +45,7 @@ import sys
 import threading
 
 from geryon.errors import GeryonError
+from geryon.quickexit import exit_without_collecting
 from geryon.runtime import env as rank_env
 from geryon.runtime import jobtransport
 from geryon.runtime.env import RankEnv
@@ -218,6 +219,7 @@ def main() -> int:
 def run_role(env: RankEnv) -> int:
     """serve(env), its errors printed as one line: the process's exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    exit_without_collecting()   # a server imports torch: its exit need not collect torch's objects
     try:
         return serve(env)
     except GeryonError as exc:
