@@ -12,6 +12,7 @@ import logging
 import sys
 
 from geryon.errors import GeryonError
+from geryon.quickexit import exit_without_collecting
 
 COMMAND_MODULES = (
     "geryon.emulate.cli",
@@ -50,6 +51,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    exit_without_collecting()   # demo and benches import torch: their exit need not collect its objects
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

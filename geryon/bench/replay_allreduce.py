@@ -40,6 +40,7 @@ import time
 import torch
 
 from geryon import envvars
+from geryon.quickexit import exit_without_collecting
 from geryon.bench.paper_job import START_TIMEOUT_S, JobSpec
 from geryon.bench.paper_math import slowest_per_iteration
 from geryon.bench.replay_roles import (GIL_SWITCH_INTERVAL_S, LEARNING_RATE, _check_overrides, _config, _priorities,
@@ -204,6 +205,7 @@ class AllreduceJob:
 
 
 def main(argv=None) -> int:
+    exit_without_collecting()   # a role imports torch: its exit need not collect torch's objects
     args = build_parser().parse_args(argv)
     if args.role != "worker":
         print("geryon replay allreduce: a ring has workers only", file=sys.stderr)

@@ -58,6 +58,7 @@ import time
 import torch
 
 from geryon import envvars
+from geryon.quickexit import exit_without_collecting
 from geryon.categorize.classes import coarse_split, threshold_split
 from geryon.categorize.profiles import resolve_profile
 from geryon.categorize.replay import SLEEP_MARGIN_S, ReplayedModel
@@ -434,6 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    exit_without_collecting()   # a role imports torch: its exit need not collect torch's objects
     args = build_parser().parse_args(argv)
     faulthandler.register(signal.SIGUSR1, all_threads=True)   # kill -USR1: every thread's stack in the log
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
