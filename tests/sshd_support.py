@@ -3,10 +3,10 @@ or host that `netconf apply` reaches over SSH (the SSH paths stay real; only the
 
 import contextlib
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
+from ports import free_port
 
 
 @contextlib.contextmanager
@@ -21,9 +21,7 @@ def forced_command_sshd(folder: Path, script_text: str):
     script = folder / "forced.sh"
     script.write_text(script_text)
     script.chmod(0o755)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     config = folder / "sshd.conf"
     config.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {folder / 'host'}\n"

@@ -1,6 +1,5 @@
 """geryon.init() / geryon.distribute(): the job is read from geryon's, torchrun's or Slurm's variables."""
 
-import socket
 
 import pytest
 
@@ -8,6 +7,7 @@ from geryon.runtime.env import RankEnv, first_slurm_host
 from geryon.errors import ConfigError
 from launch_support import EXAMPLE, EXAMPLE_ARGS, PYTHON, REPO, clean_env, json_records, loss_curve, \
     run_single_process
+from ports import free_port
 
 
 def test_single_process_without_variables():
@@ -56,9 +56,7 @@ def test_example_under_slurm_variables_matches_single_process():
     """Two processes started as srun would start them (only Slurm's variables), no launcher."""
     import subprocess
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     processes = [subprocess.Popen([PYTHON, str(EXAMPLE), *EXAMPLE_ARGS], cwd=REPO, text=True,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   env=clean_env(SLURM_PROCID=str(rank), SLURM_NTASKS="2", SLURM_LOCALID=str(rank),

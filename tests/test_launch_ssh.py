@@ -5,7 +5,6 @@ runs in another host of the cluster, as it would on a real cluster's head node.
 """
 
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from launch_support import (EXAMPLE, EXAMPLE_ARGS, REPO, clean_env, json_records, launcher_argv,
                             loss_curve, rank_lines, run_launcher, run_single_process)
+from ports import free_port
 
 pytestmark = pytest.mark.root  # sshd wants root to switch to the logged-in user
 SSHD = "/usr/sbin/sshd"
@@ -57,10 +57,6 @@ def wait_listening(keys: Keys, address: str, port: int, timeout: float = 10.0) -
         time.sleep(0.05)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def stop(process: subprocess.Popen) -> None:

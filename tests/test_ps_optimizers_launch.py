@@ -175,15 +175,14 @@ def test_torch_clipping_with_servers_stepping_is_refused(tmp_path):
 def test_ps_mode_without_servers_clips_the_averaged_gradient(single):
     """Under Slurm's variables alone (no launcher, no servers) ps mode averages with gloo when backward
     ends, so torch's own clip_grad_norm_ sees the averaged gradient."""
-    import socket
     import subprocess
     import tempfile
 
     from launch_support import clean_env
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    from ports import free_port
+
+    port = free_port()
     with tempfile.TemporaryDirectory() as folder:
         out = f"{folder}/torch_clip.pt"
         processes = [subprocess.Popen(

@@ -1,6 +1,5 @@
 """The DDP comm hook averages gradients like DDP's default; TCPStore rendezvous works."""
 
-import socket
 import threading
 from datetime import timedelta
 
@@ -10,14 +9,11 @@ import torch.distributed as dist
 from geryon.transport.allreduce import AllreduceGroup
 from geryon.transport.config import TransportConfig
 from geryon.transport.hooks import GeryonHookState, geryon_ddp_hook, peers_from_store
+from ports import free_port
 
 
 def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    return free_port()
 
 
 def test_ddp_hook_with_store_rendezvous():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from geryon.bench.loopback import free_ports  # noqa: F401 -- the transport tests take their ports here
+from ports import free_ports  # noqa: F401 -- the transport tests take their ports here
 from geryon.transport import AllreduceGroup
 from geryon.transport.allreduce import reference_allreduce_tensors
 from geryon.transport.config import TransportConfig
