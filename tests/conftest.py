@@ -29,18 +29,18 @@ CONCURRENT_MODULES = frozenset("""
     test_categorize_cli test_categorize_model test_categorize_urgency test_childproc test_class_groups
     test_class_groups_cuda test_cluster_emulated test_cluster_qos test_cuda_training test_ddp_compat test_demo
     test_device test_docs_links test_emulate_cli test_emulate_cluster test_emulate_mtu test_emulate_topology
-    test_engines_emulated test_engines_env test_engines_files test_example test_fuzz_volume test_gloo_buffers
-    test_gpu_check test_hostfile test_launch_config test_launch_emulate test_launch_local test_launch_recover
-    test_launch_search test_launch_ssh test_launch_supervise test_launch_transport test_lint
+    test_engines_emulated test_engines_env test_engines_files test_example test_faults_emulated test_fuzz_volume
+    test_gloo_buffers test_gpu_check test_hostfile test_launch_config test_launch_emulate test_launch_local
+    test_launch_recover test_launch_search test_launch_ssh test_launch_supervise test_launch_transport test_lint
     test_netconf_ackprio test_netconf_apply test_netconf_classes test_netconf_cli test_netconf_plan
     test_netnames test_partial_sync test_profile_parse test_ps test_ps_optimizers_launch test_ps_reads
     test_qos_ackprio test_qos_counters test_qos_profile test_qos_render test_qos_safety test_qos_safety_sonic
     test_qos_tcstate test_qos_tenants test_qos_vendor_session test_quickexit test_reduce_gloo
     test_report_threshold test_ring_preemption test_safefiles test_search_methods test_security_launch
     test_security_rendezvous test_security_tls test_server_optimizer test_sim test_sim_jobs test_sim_ring
-    test_staging test_threshold_emulated test_threshold_search test_threshold_sigterm test_timeline
-    test_train_resnet test_transport_ddp test_transport_emulated test_transport_fastpath test_transport_flows
-    test_transport_hooks test_transport_trace test_wheel test_wire
+    test_soak_emulated test_staging test_threshold_emulated test_threshold_search test_threshold_sigterm
+    test_timeline test_train_resnet test_transport_ddp test_transport_emulated test_transport_fastpath
+    test_transport_flows test_transport_hooks test_transport_trace test_wheel test_wire
 """.split())
 
 
@@ -68,8 +68,10 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
     """Setup, call and teardown of a test under the run's lock (tests/xdist_lock.py): shared when its
-    module is marked `concurrent`, alone otherwise; outside pytest-timeout's timer, which starts inside."""
-    with xdist_lock.held(item.get_closest_marker("concurrent") is not None):
+    module is marked `concurrent`, alone otherwise (and kept for the next test if it too runs alone);
+    outside pytest-timeout's timer, which starts inside."""
+    alone_next = nextitem is not None and nextitem.get_closest_marker("concurrent") is None
+    with xdist_lock.held(item.get_closest_marker("concurrent") is not None, keep=alone_next):
         yield
 
 

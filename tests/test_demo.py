@@ -50,8 +50,10 @@ def test_demo_runs_plain_ddp_first_then_geryon_on_the_emulated_cluster():
 @pytest.mark.root
 @pytest.mark.slow
 def test_reduced_demo_prints_json_for_every_run():
+    # 2 workers and 1 server: every run and its output as with the default 4 and 2, half the processes
     result = subprocess.run([sys.executable, "-m", "geryon", "demo", "--iterations", "3", "--hidden", "256",
-                             "--json"], cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=300)
+                             "--workers", "2", "--servers", "1", "--json"],
+                            cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(result.stdout)
     assert [r["run"] for r in data["runs"]] == ["plain DDP", "geryon allreduce", "geryon PS"]

@@ -134,6 +134,7 @@ def test_training_survives_flapping_links_and_a_paused_rank(single_curve, mode_a
         calm_run.stop()
 
 
+@pytest.mark.timing
 def test_outage_longer_than_the_timeout_names_the_peer(tmp_path):
     timeout = 4
     env = clean_env(GERYON_TRANSPORT_TIMEOUT=str(timeout))

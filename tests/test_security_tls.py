@@ -270,7 +270,6 @@ def test_tls_flows_keep_their_dscp_priority_and_notsent_lowat():
         server.close()
 
 
-@pytest.mark.timing
 @pytest.mark.root
 @pytest.mark.slow
 def test_bench_transport_reports_the_cost_of_tls():
