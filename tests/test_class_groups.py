@@ -30,7 +30,7 @@ from geryon.runtime.env import RankEnv
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ddp_probe  # noqa: E402
-from launch_support import REPO, clean_env, run_launcher  # noqa: E402
+from launch_support import REPO, clean_env, exit_abort_reason, launcher_exit_abort, run_launcher  # noqa: E402
 from transport_support import free_ports, run_rank_scripts  # noqa: E402
 
 SCRIPT = str(REPO / "examples" / "train_cnn.py")
@@ -233,7 +233,8 @@ def test_the_flag_reaches_the_ranks_and_the_search_switches_classes_between_grou
     result = run_launcher("--local", "--workers", "2", "--collectives", "gloo-classes", "--priority", "search",
                           PROBE, "--feature", "hook_classes_static", "--out", out, timeout=120,
                           env=clean_env(**search))
-    assert result.returncode == 0, result.stderr[-3000:]
+    aborted = launcher_exit_abort(result)   # PyTorch's exit-time abort after the ranks wrote their results
+    assert aborted or result.returncode == 0, result.stderr[-3000:]
     assert "[worker0] geryon: buckets go through gloo-classes: 2 gloo groups (class 0: unmarked, class 1: " \
            "unmarked)" in result.stdout
     chosen = json.loads(run.read_text())["chosen"]
@@ -246,6 +247,8 @@ def test_the_flag_reaches_the_ranks_and_the_search_switches_classes_between_grou
     record = json.loads(out.read_text())
     assert record["params"] == pytest.approx(ddp_probe.reference("hook_classes_static"), rel=1e-4, abs=1e-5)
     assert record["hook_calls"] == []   # geryon's transport carried nothing
+    if aborted:
+        pytest.xfail(exit_abort_reason("a worker"))
 
 
 if __name__ == "__main__":
