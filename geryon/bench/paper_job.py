@@ -188,12 +188,8 @@ class PaperJob:
     def run(self, iterations: int) -> tuple[list[float], list[dict]]:
         """`iterations` back-to-back steps on every worker: the slowest worker's seconds per step,
         and every worker's raw step records."""
-        for worker in self.workers:
-            worker.send("run", iterations=iterations)
-        replies = [worker.receive(timeout=RUN_TIMEOUT_S) for worker in self.workers]
         self.iterations += iterations
-        per_worker = [[step["seconds"] for step in reply["steps"]] for reply in replies]
-        return slowest_per_iteration(per_worker), [reply["steps"] for reply in replies]
+        return run_steps(self.workers, iterations)
 
     def drain(self) -> list[str]:
         """End the segment: every pushed update applied once everywhere (checked); trace parts."""
@@ -202,10 +198,8 @@ class PaperJob:
         self.connected = False
         applied = [reply["applied"] for reply in workers + servers]
         digests = {reply["digest"] for reply in workers}
-        check = {"iteration": self.iterations, "applied": applied,
-                 "ok": all(a == self.iterations for a in applied) and len(digests) == 1}
-        self.checks.append(check)
-        if not check["ok"]:
+        self.checks.append(drain_check(self.iterations, applied, digests))
+        if not self.checks[-1]["ok"]:
             raise TransportError(f"after {self.iterations} iterations the ranks applied {applied} updates "
                                  f"({len(digests)} distinct worker digests): an update was lost or applied twice")
         return [reply["trace"] for reply in workers + servers if reply.get("trace")]
@@ -217,6 +211,22 @@ class PaperJob:
     def verification(self) -> dict:
         return {"drains": len(self.checks), "all_ok": all(c["ok"] for c in self.checks),
                 "iterations": self.iterations}
+
+
+def run_steps(workers, iterations: int) -> tuple[list[float], list[list[dict]]]:
+    """`iterations` back-to-back steps on every replayed worker: the slowest worker's seconds per step,
+    and every worker's raw step records."""
+    for worker in workers:
+        worker.send("run", iterations=iterations)
+    replies = [worker.receive(timeout=RUN_TIMEOUT_S) for worker in workers]
+    per_worker = [[step["seconds"] for step in reply["steps"]] for reply in replies]
+    return slowest_per_iteration(per_worker), [reply["steps"] for reply in replies]
+
+
+def drain_check(iterations: int, applied: list, digests: set) -> dict:
+    """What a drain proves: every rank applied each of `iterations` updates once, the workers alike."""
+    return {"iteration": iterations, "applied": applied,
+            "ok": all(a == iterations for a in applied) and len(digests) == 1}
 
 
 def role_cpu_seconds(pids) -> float:

@@ -41,10 +41,9 @@ import torch
 
 from geryon import envvars
 from geryon.quickexit import exit_without_collecting
-from geryon.bench.paper_job import START_TIMEOUT_S, JobSpec
-from geryon.bench.paper_math import slowest_per_iteration
+from geryon.bench.paper_job import START_TIMEOUT_S, JobSpec, drain_check, run_steps
 from geryon.bench.replay_roles import (GIL_SWITCH_INTERVAL_S, LEARNING_RATE, _check_overrides, _config, _priorities,
-                                       _replayed_model, applied_updates, build_parser, compute_priority,
+                                       _replayed_model, applied_updates, build_parser, compute_only, compute_priority,
                                        params_digest, run_queue_wait_s, serve_commands)
 from geryon.bench.threshold import RoleProcess, gather_replies
 from geryon.childproc import child_env, module_argv
@@ -52,7 +51,6 @@ from geryon.errors import ConfigError, GeryonError, TransportError
 from geryon.transport import AllreduceGroup
 
 MODULE = "geryon.bench.replay_allreduce"
-RUN_TIMEOUT_S = 600.0
 PORTS_PER_JOB = 100      # connections per job before its ports wrap round (one per segment)
 
 
@@ -116,13 +114,7 @@ class ReplayedRingWorker:
 
     def compute(self, iterations: int) -> dict:
         """Compute only (no ring): the seconds of each of `iterations` replayed steps."""
-        self.offline = True
-        try:
-            with compute_priority(self.args.compute_rt):
-                seconds = [self.model.step() for _ in range(int(iterations))]
-            return {"seconds": seconds, "nominal_s": self.model.compute_s}
-        finally:
-            self.offline = False
+        return compute_only(self, iterations)
 
     def drain(self) -> dict:
         for tensor in sorted(self.in_flight):
@@ -183,12 +175,8 @@ class AllreduceJob:
         self.connected = True
 
     def run(self, iterations: int) -> tuple[list[float], list[list[dict]]]:
-        for worker in self.workers:
-            worker.send("run", iterations=iterations)
-        replies = [worker.receive(timeout=RUN_TIMEOUT_S) for worker in self.workers]
         self.iterations += iterations
-        per_worker = [[step["seconds"] for step in reply["steps"]] for reply in replies]
-        return slowest_per_iteration(per_worker), [reply["steps"] for reply in replies]
+        return run_steps(self.workers, iterations)
 
     def drain(self) -> None:
         """End the segment: every rank applied every iteration's average exactly once (checked)."""
@@ -196,10 +184,8 @@ class AllreduceJob:
         self.connected = False
         applied = [reply["applied"] for reply in replies]
         digests = {reply["digest"] for reply in replies}
-        check = {"iteration": self.iterations, "applied": applied,
-                 "ok": all(a == self.iterations for a in applied) and len(digests) == 1}
-        self.checks.append(check)
-        if not check["ok"]:
+        self.checks.append(drain_check(self.iterations, applied, digests))
+        if not self.checks[-1]["ok"]:
             raise TransportError(f"after {self.iterations} iterations the ranks applied {applied} averages "
                                  f"({len(digests)} distinct digests): an allreduce was lost, doubled or mis-summed")
 

@@ -298,13 +298,7 @@ class ReplayedWorker:
 
     def compute(self, iterations: int) -> dict:
         """Compute only (no transport): the seconds of each of `iterations` replayed steps."""
-        self.offline = True
-        try:
-            with compute_priority(self.args.compute_rt):
-                seconds = [self.model.step() for _ in range(int(iterations))]
-            return {"seconds": seconds, "nominal_s": self.model.compute_s}
-        finally:
-            self.offline = False
+        return compute_only(self, iterations)
 
     def drain(self) -> dict:
         self.transport.wait_all()
@@ -432,6 +426,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="ask for the next parameters with the iteration's first push, not after the last")
     parser.add_argument("--job", type=int, default=4)
     return parser
+
+
+def compute_only(worker, iterations: int) -> dict:
+    """A replayed worker's `compute` command: `iterations` steps of its model with no transport (the
+    worker's hooks see `offline`), at the compute threads' priority; their seconds and the nominal one."""
+    worker.offline = True
+    try:
+        with compute_priority(worker.args.compute_rt):
+            seconds = [worker.model.step() for _ in range(int(iterations))]
+        return {"seconds": seconds, "nominal_s": worker.model.compute_s}
+    finally:
+        worker.offline = False
 
 
 def main(argv=None) -> int:

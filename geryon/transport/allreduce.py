@@ -70,7 +70,7 @@ from geryon.transport.buckets import (Bucket, chunk_bounds, normalize_priorities
 from geryon.transport.config import TransportConfig
 from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
 from geryon.transport.prepared import PreparedCache, memory_flat, prepare, reusable
-from geryon.transport.staging import HostStaging, Marker, StagedSlice, mark, staging_for
+from geryon.transport.staging import HostStaging, Marker, StagedSlice, flow_outbox, mark, staging_for
 from geryon.transport.wire import Kind, byte_view, dtype_code, encode_control, encode_header
 
 log = logging.getLogger(__name__)
@@ -441,11 +441,7 @@ class AllreduceGroup(PoolOwner):
 
     def _outbox(self, flow, device) -> HostStaging:
         """The staging `flow`'s sender copies `device` slices through (used by that thread only)."""
-        with self.pool.cond:
-            staging = self._outboxes.get((flow, device))
-            if staging is None:
-                staging = self._outboxes[(flow, device)] = staging_for(device, self.config.max_slice_bytes)
-        return staging
+        return flow_outbox(self._outboxes, self.pool.cond, flow, device, self.config.max_slice_bytes)
 
     def _join_staging(self, collective: _Collective) -> None:
         """Order the caller's stream after the device work the receivers queued for `collective`."""

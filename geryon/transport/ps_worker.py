@@ -24,7 +24,7 @@ from geryon.transport.config import TransportConfig
 from geryon.transport.flows import FlowPool, PoolOwner, next_sequence
 from geryon.transport.ps_protocol import shard_layout
 from geryon.transport.shards import Shard, bytes_per_server
-from geryon.transport.staging import HostStaging, Marker, StagedSlice, mark, staging_for
+from geryon.transport.staging import HostStaging, Marker, StagedSlice, flow_outbox, mark, staging_for
 from geryon.transport.wire import Kind, byte_view, dtype_code, encode_control, encode_header, slice_view
 
 
@@ -130,11 +130,7 @@ class PSWorker(PoolOwner):
 
     def _outbox(self, flow, device) -> HostStaging:
         """The staging `flow`'s sender copies `device` shards through (used by that thread only)."""
-        with self.pool.cond:
-            staging = self._outboxes.get((flow, device))
-            if staging is None:
-                staging = self._outboxes[(flow, device)] = staging_for(device, self.config.max_slice_bytes)
-        return staging
+        return flow_outbox(self._outboxes, self.pool.cond, flow, device, self.config.max_slice_bytes)
 
     @property
     def staging_bytes(self) -> int:

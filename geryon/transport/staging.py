@@ -223,6 +223,16 @@ def mark(device: torch.device) -> Marker:
     return event
 
 
+def flow_outbox(outboxes: dict, lock, flow, device, reserve: int) -> HostStaging:
+    """The staging `flow`'s sender copies `device` tensors through: made once per (flow, device) in
+    `outboxes` under `lock`, then used by that flow's sending thread only."""
+    with lock:
+        staging = outboxes.get((flow, device))
+        if staging is None:
+            staging = outboxes[(flow, device)] = staging_for(device, reserve)
+    return staging
+
+
 def staging_for(device: torch.device, reserve: int) -> HostStaging:
     """The staging for tensors on `device`, with slots of at least `reserve` bytes."""
     device = torch.device(device)
