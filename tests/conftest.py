@@ -18,6 +18,23 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# The jobs tests launch start their ranks from a template that imported torch once (`--start fork`,
+# geryon.launch.template): a test job's ranks run for a second or two, and an interpreter importing
+# torch for each would be most of the suite's CPU. A module that finds a rank's process by its
+# environment (/proc/PID/environ, which a forked rank does not rewrite) sets RANK_START = "exec", and
+# so the default start stays tested too. GERYON_START set before pytest starts wins over both.
+RANK_START = os.environ.get(envvars.START)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def rank_start(request):
+    """GERYON_START for every job this module's tests launch (clean_env keeps it)."""
+    start = RANK_START or getattr(request.module, "RANK_START", "fork")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(envvars.START, start)
+        yield start
+
+
 # Modules whose tests may run beside another one (tests/xdist_lock.py): every check in them is an exact
 # result (parameters against one process, a rendering, a parse), never a time, a rate, a share of a
 # port or a deadline tighter than a loaded machine keeps; a test in them that checks one of those is marked

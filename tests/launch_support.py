@@ -11,6 +11,8 @@ import time
 import uuid
 from pathlib import Path
 
+from geryon import envvars
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "train_cnn.py"
 PYTHON = sys.executable
@@ -21,10 +23,11 @@ EXAMPLE_ARGS = ["--iterations", "20", "--width", "4", "--train-size", "512", "--
 
 
 def clean_env(**extra) -> dict[str, str]:
-    """The test process's environment without any geryon/torch rank variables, plus `extra`."""
+    """The test process's environment without any geryon/torch rank variables, plus `extra`; how ranks
+    start (GERYON_START, tests/conftest.py) is kept."""
+    rank_variables = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE")
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("GERYON_") and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                        "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE")}
+           if (k == envvars.START or not k.startswith("GERYON_")) and k not in rank_variables}
     env.update(extra)
     return env
 
@@ -191,11 +194,20 @@ def pids_of_job(job: str) -> list[int]:
 
 
 def rank_pid(launcher_pid: int, rank_name: str, timeout: float = 60.0) -> int:
-    """The PID of the launcher's child running `rank_name` (worker1, server0, ...)."""
+    """The PID of the launcher's rank `rank_name` (worker1, server0, ...): its child with that
+    GERYON_RANK_NAME (--start exec), or its template's child of that name (--start fork)."""
     needle = f"GERYON_RANK_NAME={rank_name}".encode()
+
+    def is_rank(proc: Path) -> bool:
+        parent = _parent(proc)
+        if parent == launcher_pid:
+            return needle in _environ(proc)
+        return (proc / "comm").read_text().strip() == rank_name and \
+            _parent(Path(f"/proc/{parent}")) == launcher_pid
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = live_pids(lambda proc: _parent(proc) == launcher_pid and needle in _environ(proc))
+        found = live_pids(is_rank)
         if found:
             return found[0]
         time.sleep(0.1)

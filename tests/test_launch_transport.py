@@ -10,6 +10,8 @@ import pytest
 
 from launch_support import EXAMPLE, clean_env, job_id, pids_of_job, rank_pid, start_launcher
 
+RANK_START = "exec"   # finds ranks by their environment (/proc/PID/environ): tests/conftest.py
+
 pytestmark = pytest.mark.slow
 
 LONG_TRAINING = ["--iterations", "100000", "--width", "4", "--train-size", "512", "--test-size", "100",

@@ -18,6 +18,8 @@ from geryon.launch.config import parse_launch_args
 from geryon.launch.ssh_run import remote_command
 from launch_support import (PYTHON, REPO, clean_env, live_pids, marker, pids_with, start_launcher)
 
+RANK_START = "exec"   # finds ranks by their environment (/proc/PID/environ): tests/conftest.py
+
 
 # -- finding 5: input ---------------------------------------------------------------------------
 @pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf"])

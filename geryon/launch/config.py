@@ -38,7 +38,7 @@ ENV_TWINS = {
     "collectives": ev.COLLECTIVES, "tenants": ev.TENANTS, "tenant": ev.TENANT,
     "max_restarts": ev.MAX_RESTARTS, "ps_checkpoint_every": ev.PS_CHECKPOINT_EVERY,
     "ps_checkpoint_dir": ev.PS_CHECKPOINT_DIR, "overlap": ev.OVERLAP, "plain_ddp": ev.PLAIN_DDP,
-    "sync": ev.SYNC, "straggler": ev.STRAGGLER,
+    "sync": ev.SYNC, "straggler": ev.STRAGGLER, "start": ev.START,
 }
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -82,6 +82,7 @@ class LaunchConfig:
     ps_checkpoint_dir: str | None = None         # ps mode: absolute path of the servers' checkpoints
     sync: str = "full"                           # allreduce mode: full | partial[:P] | partial-static[:P]
     straggler: str | None = None                 # "RANK:FACTOR": one worker made FACTOR times slower
+    start: str = "exec"                          # how local and emulated ranks start: exec | fork
 
     @property
     def ranks(self) -> int:
@@ -193,6 +194,11 @@ def build_parser(environ=None) -> argparse.ArgumentParser:
                              f"consistent step there ({ev.PS_CHECKPOINT_EVERY})")
     parser.add_argument("--ps-checkpoint-dir", default=twin("ps_checkpoint_dir"), metavar="DIR",
                         help=f"ps mode: where the servers' checkpoints go ({ev.PS_CHECKPOINT_DIR})")
+    parser.add_argument("--start", default=twin("start"), metavar="exec|fork",
+                        help="how ranks on this machine start: exec, a new interpreter each (default), or "
+                             "fork, from a template that imported torch once (a second or so less CPU per "
+                             f"rank: many short jobs; --local and --emulate, SSH ranks always exec; {ev.START}; "
+                             "pydoc geryon.launch.template)")
     parser.add_argument("script", metavar="SCRIPT", help="the training script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
                         help="arguments for the script")
@@ -309,6 +315,7 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
     max_restarts = _count(getattr(args, "max_restarts", None), "--max-restarts", minimum=0) or 0
     every, checkpoint_dir = _ps_checkpoints(args, mode, priority, ps_optimizer)
     grace = _seconds(args.grace, "--grace", allow_zero=True)
+    start = _choice(getattr(args, "start", None) or "exec", ev.START_MODES, "--start")
     return LaunchConfig(
         script=script, script_args=tuple(args.script_args or ()), mode=mode, workers=workers,
         servers=servers, policy=policy, priority=priority, classes=classes, max_classes=max_classes,
@@ -318,7 +325,7 @@ def config_from_args(args: argparse.Namespace) -> LaunchConfig:
         ps_placement=ps_placement, server_device=server_device, overlap=overlap, plain_ddp=plain_ddp,
         tls=bool(getattr(args, "tls", False)), collectives=collectives, max_restarts=max_restarts,
         ps_checkpoint_every=every,
-        ps_checkpoint_dir=checkpoint_dir, sync=sync, straggler=straggler)
+        ps_checkpoint_dir=checkpoint_dir, sync=sync, straggler=straggler, start=start)
 
 
 def _ps_checkpoints(args, mode: str, priority: str, ps_optimizer: str) -> tuple[int, str | None]:

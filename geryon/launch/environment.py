@@ -18,7 +18,7 @@ TORCH_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", 
 # Launcher-only twins: meaningless inside a rank, and a nested launcher must not inherit them.
 _LAUNCHER_ONLY = tuple(ENV_TWINS[k] for k in ("emulate", "local", "hostfile", "known_hosts", "timeout",
                                               "grace", "bw", "topology", "max_classes", "tls",
-                                              "max_restarts", "tenants", "tenant"))
+                                              "max_restarts", "tenants", "tenant", "start"))
 
 
 def rank_argv(config: LaunchConfig, spec: RankSpec, python: str | None = None) -> list[str]:
