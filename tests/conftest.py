@@ -56,8 +56,8 @@ CONCURRENT_MODULES = frozenset("""
     test_report_threshold test_ring_preemption test_safefiles test_search_methods test_security_launch
     test_security_rendezvous test_security_tls test_server_optimizer test_sim test_sim_jobs test_sim_ring
     test_soak_emulated test_staging test_threshold_emulated test_threshold_search test_threshold_sigterm
-    test_timeline test_train_resnet test_transport_ddp test_transport_emulated test_transport_fastpath
-    test_transport_flows test_transport_hooks test_transport_trace test_wheel test_wire
+    test_launch_template test_timeline test_train_resnet test_transport_ddp test_transport_emulated
+    test_transport_fastpath test_transport_flows test_transport_hooks test_transport_trace test_wheel test_wire
 """.split())
 
 

@@ -21,7 +21,8 @@ GLOBAL_BATCH = 16
 
 
 def server_pid(job_id: str) -> int:
-    """The process id of this job's server 0 (same user, found by its environment)."""
+    """The process id of this job's server 0 (same user): the process with its variables (a rank
+    started with --start exec), or named server0 beside this worker under the same template (fork)."""
     wanted = {f"GERYON_JOB_ID={job_id}".encode(), b"GERYON_ROLE=server", b"GERYON_SERVER_RANK=0"}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -29,9 +30,13 @@ def server_pid(job_id: str) -> int:
         try:
             with open(f"/proc/{entry}/environ", "rb") as handle:
                 variables = set(handle.read().split(b"\0"))
+            with open(f"/proc/{entry}/stat") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/comm") as handle:
+                name = handle.read().strip()
         except OSError:
             continue
-        if wanted <= variables:
+        if wanted <= variables or (name == "server0" and parent == os.getppid()):
             return int(entry)
     raise SystemExit(f"no server 0 of job {job_id} found")
 

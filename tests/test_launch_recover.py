@@ -16,7 +16,6 @@ from geryon.runtime.env import RankEnv
 from launch_support import EXAMPLE, EXAMPLE_ARGS, REPO, json_records, loss_curve, one_process_result, \
     rank_lines, run_launcher
 
-RANK_START = "exec"   # finds ranks by their environment (/proc/PID/environ): tests/conftest.py
 
 SCRIPT = REPO / "tests" / "recover_script.py"
 PS = ["--local", "--mode", "ps", "--workers", "2", "--servers", "1", "--grace", "1"]

@@ -8,7 +8,6 @@ import pytest
 
 from launch_support import assert_no_processes, clean_env, marker, rank_pid, run_launcher, start_launcher
 
-RANK_START = "exec"   # finds ranks by their environment (/proc/PID/environ): tests/conftest.py
 
 # Every rank records its PID, starts a grandchild (to check whole process groups are stopped), says
 # it is ready, then behaves as told by FAIL_RANK / FAIL_CODE / IGNORE_TERM.

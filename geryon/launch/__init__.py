@@ -16,6 +16,7 @@ Usage
                             [--max-restarts N]
                             [--ps-checkpoint-every K --ps-checkpoint-dir DIR]
                             [--sync full|partial[:P]|partial-static[:P]] [--straggler RANK:FACTOR]
+                            [--start exec|fork]
                             SCRIPT [ARGS...]
 
 It feels like torchrun: the script is started once per worker, and sees the usual variables
@@ -41,6 +42,18 @@ Backends (one launcher, three ways to start processes)
                Server j runs on host j; workers fill the hosts' slots in order. The script path,
                the working directory and the interpreter must be the same on every host.
   With none of them: --emulate when run as root, else --local.
+
+Starting ranks (--start; details in geryon/launch/template.py)
+--------------------------------------------------------------
+  exec   every rank is a new interpreter: `python -u SCRIPT ARGS`, a server `python -u -m
+         geryon.runtime.server` (the default; SSH ranks always start so).
+  fork   the launcher imports torch once and forks a template before it starts any thread; each
+         --local or --emulate rank is forked from it, takes its environment, streams, argv and
+         network namespace, and runs SCRIPT as __main__ with the interpreter's exit codes, atexit
+         handlers and joined threads. A rank then starts without importing torch (about a
+         CPU-second per rank on a small machine): for many short jobs, such as sweeps and tests.
+         Its process name is the rank's (worker0, server1); its /proc/PID/cmdline and environ
+         stay the launcher's.
 
 TLS (--tls)
 -----------
@@ -102,7 +115,7 @@ GERYON_POLICY, GERYON_PRIORITY, GERYON_CLASSES, GERYON_EMULATE, GERYON_BW, GERYO
 GERYON_LOCAL, GERYON_HOSTFILE, GERYON_KNOWN_HOSTS, GERYON_TIMELINE, GERYON_TIMEOUT, GERYON_GRACE,
 GERYON_PS_OPTIMIZER, GERYON_PS_PULL, GERYON_PS_PLACEMENT, GERYON_SERVER_DEVICE, GERYON_TLS, GERYON_COLLECTIVES,
 GERYON_MAX_RESTARTS, GERYON_PS_CHECKPOINT_EVERY, GERYON_PS_CHECKPOINT_DIR, GERYON_OVERLAP,
-GERYON_PLAIN_DDP, GERYON_SYNC, GERYON_STRAGGLER.
+GERYON_PLAIN_DDP, GERYON_SYNC, GERYON_STRAGGLER, GERYON_START.
 
 Ranks see RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (a TCPStore
 the launcher hosts; TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun), and GERYON_ROLE,

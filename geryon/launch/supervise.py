@@ -140,12 +140,16 @@ def _watch(ranks: list[RankProcess], timeout: float | None, started: float) -> J
     workers = [r for r in ranks if r.spec.role == "worker"]
     while True:
         workers_running = False
+        failed = []
         for rank in ranks:
             code = rank.poll()
             if code is None:
                 workers_running |= rank.spec.role == "worker"
             elif code != 0:
-                return _failure(rank.spec.name, code)
+                failed.append((rank, code))
+        if failed:   # seen at once: the first to end where the backend knows the order (forked ranks)
+            rank, code = min(failed, key=lambda item: getattr(item[0], "exit_order", 0))
+            return _failure(rank.spec.name, code)
         for rank in ranks:
             if rank.spec.role == "server" and rank.poll() == 0 and workers_running:
                 return JobResult(1, f"{rank.spec.name} exited while workers were still running",

@@ -75,6 +75,11 @@ class TemplateRank:
     def poll(self) -> int | None:
         return self._template.exit_code(self.pid)
 
+    @property
+    def exit_order(self) -> int:
+        """Where this rank's exit came among the template's ranks (the template reaps as they end)."""
+        return self._template.exit_order(self.pid)
+
     def signal(self, signum: int) -> None:
         try:
             os.killpg(self.pid, signum)   # its own session: the group is the rank and what it started
@@ -107,6 +112,7 @@ class RankTemplate:
         self._sock = ours
         self._lock = threading.Lock()
         self._exits: dict[int, int] = {}
+        self._exit_order: dict[int, int] = {}
         self.gone = False         # the template exited: its ranks were killed with it
 
     def spawn(self, spec, argv: list[str], env: dict[str, str], netns: str | None = None) -> TemplateRank:
@@ -134,6 +140,10 @@ class RankTemplate:
                 if self._receive(block=False) is None:
                     return None
             return self._exits.get(pid, -signal.SIGKILL)
+
+    def exit_order(self, pid: int) -> int:
+        with self._lock:
+            return self._exit_order.get(pid, len(self._exit_order))
 
     def close(self) -> None:
         """End the template now (its ranks, if any are left, get SIGKILL from the kernel) and reap it;
@@ -164,6 +174,7 @@ class RankTemplate:
         message = json.loads(data)
         if "exit" in message:
             self._exits[message["exit"]] = message["code"]
+            self._exit_order[message["exit"]] = len(self._exit_order)
         return message
 
 
@@ -203,11 +214,20 @@ def _serve(sock: socket.socket, warning_filters: list) -> int:
         signal.signal(signum, signal.SIG_IGN)   # the launcher stops ranks itself; the template ends at EOF
     _keep_only_standard_streams_and(sock.fileno())
     template_pid = os.getpid()
+    # A rank's exit wakes the loop at once (SIGCHLD through a wakeup pipe): the launcher learns of it
+    # as soon as it would from waitpid on a child of its own.
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ)
+    selector.register(wake_r, selectors.EVENT_READ)
     children: set[int] = set()
     while True:
-        if selector.select(REAP_INTERVAL_S):
+        for key, _ in selector.select(REAP_INTERVAL_S):
+            if key.fd == wake_r:
+                _drain(wake_r)
+                continue
             data, fds, _, _ = socket.recv_fds(sock, MESSAGE_MAX, 3)
             if not data:
                 return 0
@@ -220,7 +240,10 @@ def _serve(sock: socket.socket, warning_filters: list) -> int:
                 sock.send(json.dumps({"error": str(exc)}).encode())
                 continue
             if pid == 0:
+                signal.set_wakeup_fd(-1)
                 selector.close()
+                for fd in (wake_r, wake_w):
+                    os.close(fd)
                 sock.close()
                 os._exit(_run_rank(request, fds, warning_filters, template_pid))
             for fd in fds:
@@ -232,6 +255,14 @@ def _serve(sock: socket.socket, warning_filters: list) -> int:
             if done:
                 children.discard(pid)
                 sock.send(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
 
 
 def _keep_only_standard_streams_and(keep: int) -> None:
