@@ -56,7 +56,10 @@ REPLY_MAX = 4096               # one answer: a pid or an exit code
 REAP_INTERVAL_S = 0.05
 PR_SET_NAME = 15
 SERVER_ROLE = "geryon.runtime.server"   # a program to the launcher (rank_argv), run by name as `-m` would
-PRELOAD = ("torch", "torch.distributed", "numpy", SERVER_ROLE)   # imported once, in the launcher
+# Imported once, in the launcher, for every rank: torch; torch._dynamo, which torch.optim's optimizers
+# and DDP import on first use (most of a second again); geryon's rank API and server role.
+PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "torch.nn.parallel", "numpy", "geryon.runtime.api",
+           SERVER_ROLE)
 
 
 def preload() -> None:
