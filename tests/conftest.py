@@ -61,13 +61,24 @@ CONCURRENT_MODULES = frozenset("""
 """.split())
 
 
+# The concurrent modules that take longest (seconds of test time in a full run on 2 cores; an order, not
+# a promise): xdist deals modules to workers in the order of the items (--dist loadfile).
+LONGEST_MODULES = {
+    "test_ps_optimizers_launch": 140, "test_benches": 85, "test_faults_emulated": 83, "test_ddp_compat": 79,
+    "test_security_tls": 69, "test_launch_ssh": 35, "test_engines_emulated": 33, "test_train_resnet": 32,
+    "test_launch_search": 32, "test_launch_recover": 25, "test_launch_transport": 22, "test_bench_paper": 21,
+}
+
+
 def pytest_collection_modifyitems(config, items):
     concurrent = pytest.mark.concurrent
     for item in items:
         if item.module.__name__ in CONCURRENT_MODULES and item.get_closest_marker("timing") is None:
             item.add_marker(concurrent)
-    # concurrent modules first, so that both workers start on tests that may share the machine
-    items.sort(key=lambda item: item.get_closest_marker("concurrent") is None)
+    # concurrent modules first, so that both workers start on tests that may share the machine; among
+    # them the longest first, so that neither worker is left with a long module when the other is done
+    items.sort(key=lambda item: (item.get_closest_marker("concurrent") is None,
+                                 -LONGEST_MODULES.get(item.module.__name__, 0)))
     if any("cuda" in item.keywords for item in items) and not _cuda_available():
         no_gpu = pytest.mark.skip(reason="needs a CUDA GPU: torch.cuda.is_available() is false here "
                                          "(scripts/gpu-check.sh runs these on a GPU machine)")
