@@ -1,6 +1,8 @@
 """geryon sim --jobs: the fluid model of job mixes on one fabric. Its ports serve classes as the Linux target
-programs them, a job alone on a fast fabric is compute-bound, a ring on a slow one is bandwidth-bound, the
-background keeps its floor, and a tenants bench record compares with its own simulation."""
+programs them, flows in one class share by the bytes each keeps in flight, a vanilla PS tensor moves whole on
+its server's connection, a ring's collectives cost their steps, a job alone on a fast fabric is
+compute-bound, a ring on a slow one is bandwidth-bound, the background keeps its floor, and a tenants bench
+record compares with its own simulation."""
 
 import argparse
 import json
@@ -10,14 +12,15 @@ import pytest
 
 from geryon.errors import ConfigError
 from geryon.netconf.tenants import BACKGROUND, BULK, URGENT
-from geryon.sim.jobs import (POLICIES, JobMix, JobsSetting, _Chunk, _Fabric, compare_record, run_jobs,
-                             setting_from_record, simulate_jobs)
+from geryon.categorize.profiles import resolve_profile
+from geryon.sim.jobs import (EMULATED_BACKGROUND_WINDOW, EMULATED_RING_STEP_S, POLICIES, JobMix, JobsSetting, _Chunk,
+                             _Fabric, _Sim, compare_record, run_jobs, setting_from_record, simulate_jobs)
 
 PS_AND_RING = (JobMix("vgg19", "ps"), JobMix("resnet50", "allreduce"))
 
 
-def chunk(cls, connections=1):
-    return _Chunk(0, "pull", 0, cls, (0,), 1e9, ("down",), connections)
+def chunk(cls, connections=1, window=1.0):
+    return _Chunk(0, "pull", 0, cls, (0,), 1e9, ("down",), connections, window=window)
 
 
 def test_a_port_serves_classes_as_linux_htb_does():
@@ -34,6 +37,45 @@ def test_a_port_serves_classes_as_linux_htb_does():
     ps, ring = chunk(BULK, connections=3), chunk(BULK)
     shares = flat.port_shares("down", [ps, ring])
     assert shares[id(ps)] == pytest.approx(3 * shares[id(ring)]) and sum(shares.values()) == pytest.approx(capacity)
+
+
+def test_one_class_shares_a_port_by_the_bytes_each_connection_keeps_in_flight():
+    setting = JobsSetting(jobs=PS_AND_RING, rate_bps=100e6)
+    capacity = _Fabric(setting, "vanilla").capacity["down"]
+    ps, ring, background = chunk(BULK, connections=2), chunk(BULK), chunk(BULK, window=2.7)
+    shares = _Fabric(setting, "vanilla").port_shares("down", [ps, ring, background])
+    assert shares[id(background)] == pytest.approx(capacity * 2.7 / 5.7)
+    assert shares[id(ps)] == pytest.approx(2 * shares[id(ring)]) and sum(shares.values()) == pytest.approx(capacity)
+    # under fabric classes the background has a class of its own: its window does not buy it a share
+    urgent = chunk(URGENT)
+    shares = _Fabric(setting, "fabric").port_shares("down", [urgent, chunk(BACKGROUND, window=2.7)])
+    assert shares[id(urgent)] == pytest.approx(0.9 * capacity, rel=0.01)
+
+
+def test_a_vanilla_ps_tensor_moves_whole_on_its_servers_connection():
+    setting = JobsSetting(jobs=(JobMix("vgg19", "ps"),), workers=4, size_scale=0.01)
+    vanilla, endhost = _Sim(setting, "vanilla").jobs[0], _Sim(setting, "endhost").jobs[0]
+    for layer in vanilla.bits:      # vgg19: every layer has parameters, tensor i is layer i
+        assert vanilla.ps_flow(layer) == (1, layer % 4)       # round robin by tensor, one connection
+        assert endhost.ps_flow(layer) == (4, 0)               # sliced over the 4 servers at once
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_a_rings_collectives_each_cost_their_2_w_minus_1_steps(workers):
+    """A ring with no bytes to speak of and a step cost larger than any backward layer: the collectives
+    queue behind each other, so the next forward waits for all of them, collectives x steps x cost after
+    the first gradient."""
+    step = 2e-3
+    setting = JobsSetting(jobs=(JobMix("resnet50", "allreduce"),), workers=workers, rate_bps=400e9,
+                          size_scale=1e-6, background=False, ring_step_s=step, iterations=4)
+    (job,) = simulate_jobs(setting, "vanilla")["jobs"]
+    profile = resolve_profile("resnet50", batch=32)
+    collectives = sum(1 for layer in profile.layers if layer.param_bytes > 0)
+    backward_after_first_gradient = (profile.backward_ns - profile.layers[-1].backward_ns) * 1e-9
+    expected = job["compute_s"] + collectives * 2 * (workers - 1) * step - backward_after_first_gradient
+    assert job["median_iteration_s"] == pytest.approx(expected, rel=1e-3)
+    free = simulate_jobs(replace(setting, ring_step_s=0.0), "vanilla")["jobs"][0]
+    assert free["median_iteration_s"] == pytest.approx(job["compute_s"], rel=0.01)
 
 
 def test_a_job_alone_on_a_fast_fabric_is_compute_bound():
@@ -56,8 +98,6 @@ def test_a_ring_on_a_slow_fabric_waits_for_its_bytes():
     setting = JobsSetting(jobs=(JobMix("resnet50", "allreduce"),), workers=4, rate_bps=10e6, size_scale=0.01,
                           background=False)
     result = simulate_jobs(setting, "vanilla")
-    from geryon.categorize.profiles import resolve_profile
-
     ring_bits = resolve_profile("resnet50", batch=32).param_bytes * 0.01 * 8 * 2 * 3 / 4
     assert result["jobs"][0]["median_iteration_s"] >= ring_bits / setting.payload_bps
 
@@ -89,7 +129,8 @@ def test_segments_start_together_and_steady_state_keeps_every_job_running():
 def test_a_record_compares_with_its_own_simulation(tmp_path, capsys):
     models = ("vgg19", "resnet50:allreduce")
     setting = JobsSetting(jobs=tuple(JobMix.parse(m) for m in models), workers=2, rate_bps=200e6,
-                          size_scale=0.01, frame_bytes=14, compute_s=(0.15, 0.1), warmup=2, segments=True)
+                          size_scale=0.01, frame_bytes=14, compute_s=(0.15, 0.1), warmup=2, segments=True,
+                          background_window=EMULATED_BACKGROUND_WINDOW, ring_step_s=EMULATED_RING_STEP_S)
     summary = {}
     for policy in ("endhost", "fabric"):
         r = simulate_jobs(setting, policy)

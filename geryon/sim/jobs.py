@@ -22,20 +22,33 @@ Every job runs `warmup` then `iterations` iterations and keeps iterating until a
 segment: warm-up, then every job's iterations started together, a job that is done idling, the
 background on from the measured start.
 
-Each stream (job, direction, class) sends its chunks one at a time in its sender's order: FIFO for
-vanilla; the class first, then arrival, for endhost and the fabric policies (the replayed roles'
+Each stream (job, direction, class, connection) sends its chunks one at a time in its sender's order:
+FIFO for vanilla; the class first, then arrival, for endhost and the fabric policies (the replayed roles'
 `--within-class fifo`). Tensors' classes are the replayed roles' (threshold_split at the job's
-threshold, by position). A port serves its flows as `geryon.netconf.render.linux` programs it: every
-present class gets its guaranteed HTB rate (`class_rates`), the rest goes to the highest present
-priority level, weighted levels split by weight; inside a class, flows share per TCP connection (a PS
-worker has one per server, a ring rank one to its neighbour, the background one). Under vanilla and
-endhost everything is unmarked, so one class; under the fabric policies the classes of
+threshold, by position). A PS tensor moves as the job's transport policy (TRANSPORT_POLICY) deals it:
+sliced over every server's connection at once (endhost, geryon), or whole on server tensor % servers
+(vanilla, one stream per server). A ring collective, once its bytes have moved, holds its stream for
+2(W-1) steps of `ring_step_s` (each rank's threads receive, add and forward a slice per step), so a
+job with one collective per layer pays collectives x steps of transport CPU per iteration.
+
+A port serves its flows as `geryon.netconf.render.linux` programs it: every present class gets its
+guaranteed HTB rate (`class_rates`), the rest goes to the highest present priority level, weighted
+levels split by weight; inside a class (one FIFO), flows share in proportion to the bytes each keeps in
+flight: per TCP connection (a PS worker has one per server, a ring rank one to its neighbour per class),
+the background's connection counting `background_window` times a job's (it never idles, so it keeps its
+whole window, where a job's connection restarts from a small one after each compute phase). Under
+vanilla and endhost everything is unmarked, so one class; under the fabric policies the classes of
 `geryon.netconf.tenants.tenant_profile`, with job weights for fabric+weights (GPU intensity, as the
 bench computes it). A flow on several ports moves at the least of its ports' shares.
 
-What it leaves out: CPU contention (the emulation's 2 shared cores), TCP's own dynamics (slow start,
-queueing delay), latency, the ring's step-by-step pipelining and stragglers. `compare_record` puts it
-beside a `geryon bench tenants` record, job by job.
+`setting_from_record` simulates a bench record with the emulated port's measured constants
+(EMULATED_BACKGROUND_WINDOW, EMULATED_RING_STEP_S); a what-if keeps per-connection sharing and no step
+cost, the fabric's own behaviour without this machine's TCP and CPU.
+
+What it leaves out: CPU contention (the emulation's 2 shared cores; `cpu_wait_s` stretches compute and
+ring steps by a measured wait), TCP's own dynamics beyond the background's window (slow start, queueing
+delay), latency and stragglers. `compare_record` puts it beside a `geryon bench tenants` record, job by
+job.
 """
 
 from __future__ import annotations
@@ -53,8 +66,21 @@ from geryon.netconf.qos_profile import STRICT
 from geryon.netconf.render.linux import class_rates
 from geryon.netconf.tenants import BACKGROUND, BACKGROUND_PERCENT, BULK, Tenant, Tenants, tenant_profile
 from geryon.sim.scenario import EMULATED_FRAME_BYTES, ETHERNET_FRAME_BYTES, MAX_WORKERS, payload_rate
+from geryon.transport.policy import get_policy
 
 POLICIES = ("vanilla", "endhost", "fabric", "fabric+weights")
+# the transport policy (geryon.transport.policy) each job runs under each tenants policy
+TRANSPORT_POLICY = {"vanilla": "vanilla", "endhost": "endhost", "fabric": "geryon", "fabric+weights": "geryon"}
+# An emulated port's TCP, measured (docs/results/simulator-tenants_x86-2core_2026-12-04.md). In one FIFO
+# class, flows share a port in proportion to the bytes each keeps in flight. A job's connection idles
+# between its bursts (compute) and restarts from a small window each time; the long-lived background keeps
+# its whole window: `ss -tin` while `bench tenants` ran (vanilla and endhost, 450 busy samples) gave it
+# 2.7x the mean bytes in flight of a job's connection.
+EMULATED_BACKGROUND_WINDOW = 2.7
+# CPU seconds a ring rank's transport threads spend per step of a collective (receive a slice, add it,
+# forward it), serial per flow: a 40-byte collective of 2 ranks, 2 steps, takes 0.22 ms on loopback
+# (`geryon bench allreduce --loopback --workers 2 --sizes 40 --repeat 200`).
+EMULATED_RING_STEP_S = 110e-6
 KINDS = ("ps", "allreduce")
 THRESHOLD = 0.5          # the replayed jobs' default class split (JobSpec.threshold)
 BATCH = 32
@@ -96,6 +122,9 @@ class JobsSetting:
     segments: bool = False   # as `bench tenants` runs them: warm-up, then every job's iterations started together,
     #                          a job done idles, background on from the measured start (else: steady state)
     cpu_wait_s: tuple[float, ...] | None = None  # per job, seconds per iteration its compute waited for a CPU
+    background_window: float = 1.0    # the background's bytes in flight over a job connection's, in one class
+    #                                   (EMULATED_BACKGROUND_WINDOW for an emulated port; 1: per connection)
+    ring_step_s: float = 0.0          # CPU per ring step and collective (EMULATED_RING_STEP_S when emulated)
 
     def __post_init__(self):
         if not self.jobs:
@@ -150,13 +179,21 @@ class _Chunk:
     order: tuple           # sender's order inside its stream
     bits: float
     ports: tuple[str, ...]
-    connections: int
+    connections: int       # TCP connections it moves on at once
     done: object = None    # callback(now)
+    flow: int = 0          # which of the stream's connections (a vanilla PS tensor's server)
+    window: float = 1.0    # bytes in flight per connection, relative to a job's (JobsSetting.background_window)
+    hold_s: float = 0.0    # after its bytes, its stream's threads work this long on it before it is done
+
+    @property
+    def stream(self) -> tuple:
+        return (self.job, self.kind, self.cls, self.flow)
 
 
 @dataclass
 class _Stream:
     queue: list = field(default_factory=list)    # heap of (order, seq, chunk)
+    busy_until: float = 0.0                      # the last chunk's hold_s: the next one waits
 
     def head(self):
         return self.queue[0][2] if self.queue else None
@@ -224,9 +261,9 @@ class _Fabric:
                     class_bw[c.name] += spare * (c.weight or 1) / total
         shares = {}
         for name, chunks in present.items():
-            connections = sum(c.connections for c in chunks)
+            held = sum(c.connections * c.window for c in chunks)
             for chunk in chunks:
-                shares[id(chunk)] = class_bw[name] * chunk.connections / connections
+                shares[id(chunk)] = class_bw[name] * chunk.connections * chunk.window / held
         return shares
 
 
@@ -241,14 +278,19 @@ class _Job:
         if setting.compute_s is not None:    # measured compute: the profile's shape, the measured total
             scale = setting.compute_s[index] / ((profile.forward_ns + profile.backward_ns) * 1e-9)
         self.compute_s = (profile.forward_ns + profile.backward_ns) * 1e-9 * scale   # the GPU's, utilisation's
+        stretch = 1.0
         if setting.cpu_wait_s is not None:   # a shared CPU stretches every layer's replay alike
-            scale *= 1 + setting.cpu_wait_s[index] / self.compute_s
+            stretch = 1 + setting.cpu_wait_s[index] / self.compute_s
+            scale *= stretch
+        # a collective's 2(W-1) steps each cost its ranks' threads CPU, as stretched as the compute's
+        self.collective_hold_s = 2 * (setting.workers - 1) * setting.ring_step_s * stretch
         self.forward_s = [layer.forward_ns * 1e-9 * scale for layer in self.layers]
         self.backward_s = [layer.backward_ns * 1e-9 * scale for layer in self.layers]
         ranking = profile.ranking()
         classes = threshold_split(ranking, [THRESHOLD], metric="position", max_classes=2).class_of
         index_of = {layer.name: i for i, layer in enumerate(self.layers)}
         self.tensor_class = {index_of[p.name]: c for p, c in zip(ranking, classes)}
+        self.tensor_of = {index_of[p.name]: tensor for tensor, p in enumerate(ranking)}
         self.bits = {i: layer.param_bytes * setting.size_scale * 8 for i, layer in enumerate(self.layers)
                      if layer.param_bytes > 0}
         self.ready: set[int] = set(self.bits)        # parameters available for the next forward
@@ -319,15 +361,17 @@ class _Job:
         order += (self.arrivals,)
         if self.job.kind == "ps":
             ports = ("up",) + (("spine_up",) if sim.fabric.ps_cross and "spine_up" in sim.fabric.capacity else ())
-            sim.send(_Chunk(self.index, "push", layer, cls, order, self.bits[layer], ports, setting.workers,
-                            done=lambda t: self.push_done(layer, t)))
+            connections, server = self.ps_flow(layer)
+            sim.send(_Chunk(self.index, "push", layer, cls, order, self.bits[layer], ports, connections,
+                            done=lambda t: self.push_done(layer, t), flow=server))
         else:
             world = setting.workers
             ports = ("up", "down")
             if sim.fabric.ring_cross and "spine_up" in sim.fabric.capacity:
                 ports += ("spine_up", "spine_down")
             sim.send(_Chunk(self.index, "ring", layer, cls, order, self.bits[layer] * 2 * (world - 1) / world,
-                            ports, 1, done=lambda t: self.param_arrived(layer, t)))
+                            ports, 1, done=lambda t: self.param_arrived(layer, t),
+                            hold_s=self.collective_hold_s))
 
     def push_done(self, layer: int, now: float) -> None:
         if self.backward_done:            # the pull was asked for already: the server answers now
@@ -341,8 +385,17 @@ class _Job:
         self.arrivals += 1
         order = ((0,) if sim.policy == "vanilla" else (self.tensor_class[layer],)) + (self.arrivals,)
         ports = ("down",) + (("spine_down",) if sim.fabric.ps_cross and "spine_down" in sim.fabric.capacity else ())
-        sim.send(_Chunk(self.index, "pull", layer, cls, order, self.bits[layer], ports, sim.setting.workers,
-                        done=lambda t: self.param_arrived(layer, t)))
+        connections, server = self.ps_flow(layer)
+        sim.send(_Chunk(self.index, "pull", layer, cls, order, self.bits[layer], ports, connections,
+                        done=lambda t: self.param_arrived(layer, t), flow=server))
+
+    def ps_flow(self, layer: int) -> tuple[int, int]:
+        """(connections, server) a PS tensor moves on: whole, on server tensor % servers, where the policy
+        keeps tensors whole (vanilla); else sliced over every server's connection at once."""
+        servers = self.sim.setting.workers
+        if get_policy(TRANSPORT_POLICY[self.sim.policy]).spread_over_servers:
+            return servers, 0
+        return 1, self.tensor_of[layer] % servers
 
 
 class _Sim:
@@ -365,16 +418,15 @@ class _Sim:
         if setting.background:
             ports = ("down",) + (("spine_down",) if self.fabric.background_cross else ())
             self.background = _Chunk(-1, "background", -1, self.fabric.background_class(), (0,), math.inf,
-                                     ports, 1)
+                                     ports, 1, window=setting.background_window)
 
     def at(self, when: float, callback) -> None:
         self.seq += 1
         heapq.heappush(self.timers, (when, self.seq, callback))
 
     def send(self, chunk: _Chunk) -> None:
-        key = (chunk.job, chunk.kind, chunk.cls)
         self.seq += 1
-        heapq.heappush(self.streams.setdefault(key, _Stream()).queue, (chunk.order, self.seq, chunk))
+        heapq.heappush(self.streams.setdefault(chunk.stream, _Stream()).queue, (chunk.order, self.seq, chunk))
 
     def finished(self, index: int) -> None:
         self.running.discard(index)
@@ -387,7 +439,7 @@ class _Sim:
                 job.start_iteration(now)
 
     def heads(self) -> list[_Chunk]:
-        heads = [s.head() for s in self.streams.values() if s.queue]
+        heads = [s.head() for s in self.streams.values() if s.queue and s.busy_until <= self.now + 1e-12]
         if self.background is not None and self.running and (self.measure_from is not None
                                                              or not self.setting.segments):
             heads.append(self.background)
@@ -415,9 +467,15 @@ class _Sim:
             self._advance(heads, rates, step)
             done = [c for c in heads if c.kind != "background" and c.bits <= EPSILON_BITS]
             for chunk in done:
-                heapq.heappop(self.streams[(chunk.job, chunk.kind, chunk.cls)].queue)
+                stream = self.streams[chunk.stream]
+                heapq.heappop(stream.queue)
+                if chunk.hold_s > 0:
+                    stream.busy_until = self.now + chunk.hold_s
             for chunk in done:
-                chunk.done(self.now)
+                if chunk.hold_s > 0:
+                    self.at(self.now + chunk.hold_s, chunk.done)
+                else:
+                    chunk.done(self.now)
             while self.timers and self.timers[0][0] <= self.now + 1e-12:
                 _, _, callback = heapq.heappop(self.timers)
                 callback(self.now)
@@ -472,7 +530,8 @@ def setting_from_record(record: dict) -> JobsSetting:
                        rate_bps=parse_rate(s["rate"]), size_scale=s["size_scale"], compute_scale=s["time_scale"],
                        background=s["background"], background_percent=s["background_percent"],
                        iterations=s["iterations"], warmup=s["warmup"], segments=True,
-                       frame_bytes=EMULATED_FRAME_BYTES,
+                       frame_bytes=EMULATED_FRAME_BYTES, background_window=EMULATED_BACKGROUND_WINDOW,
+                       ring_step_s=EMULATED_RING_STEP_S,
                        compute_s=tuple(statistics.mean(c) for c in record["compute_s"]))
 
 
