@@ -27,9 +27,11 @@ FIFO for vanilla; the class first, then arrival, for endhost and the fabric poli
 `--within-class fifo`). Tensors' classes are the replayed roles' (threshold_split at the job's
 threshold, by position). A PS tensor moves as the job's transport policy (TRANSPORT_POLICY) deals it:
 sliced over every server's connection at once (endhost, geryon), or whole on server tensor % servers
-(vanilla, one stream per server). A ring collective, once its bytes have moved, holds its stream for
-2(W-1) steps of `ring_step_s` (each rank's threads receive, add and forward a slice per step), so a
-job with one collective per layer pays collectives x steps of transport CPU per iteration.
+(vanilla, one stream per server). A ring collective, once its bytes have moved, holds its job for
+2(W-1) steps of `ring_step_s` (each rank's threads receive, add and forward a slice per step; the
+threads of a rank's process share its interpreter lock, so its collectives take turns whatever flow
+they ride), so a job with one collective per layer pays collectives x steps of transport CPU per
+iteration.
 
 A port serves its flows as `geryon.netconf.render.linux` programs it: every present class gets its
 guaranteed HTB rate (`class_rates`), the rest goes to the highest present priority level, weighted
@@ -45,10 +47,11 @@ bench computes it). A flow on several ports moves at the least of its ports' sha
 (EMULATED_BACKGROUND_WINDOW, EMULATED_RING_STEP_S); a what-if keeps per-connection sharing and no step
 cost, the fabric's own behaviour without this machine's TCP and CPU.
 
-What it leaves out: CPU contention (the emulation's 2 shared cores; `cpu_wait_s` stretches compute and
-ring steps by a measured wait), TCP's own dynamics beyond the background's window (slow start, queueing
-delay), latency and stragglers. `compare_record` puts it beside a `geryon bench tenants` record, job by
-job.
+What it leaves out: CPU contention (the emulation's 2 shared cores; `cpu_wait_s`, measured, stretches
+each layer's compute and adds the replay thread's wait per wake-up to each ring step), TCP's own
+dynamics beyond the background's window (slow start, queueing delay), latency, jitter (the bench's
+iteration is the slowest worker's, the simulated one a representative worker's) and stragglers.
+`compare_record` puts it beside a `geryon bench tenants` record, job by job.
 """
 
 from __future__ import annotations
@@ -183,7 +186,8 @@ class _Chunk:
     done: object = None    # callback(now)
     flow: int = 0          # which of the stream's connections (a vanilla PS tensor's server)
     window: float = 1.0    # bytes in flight per connection, relative to a job's (JobsSetting.background_window)
-    hold_s: float = 0.0    # after its bytes, its stream's threads work this long on it before it is done
+    hold_s: float = 0.0    # after its bytes, its job's threads work this long on it before it is done; no
+    #                        other held chunk of the job moves meanwhile (the threads share one interpreter)
 
     @property
     def stream(self) -> tuple:
@@ -193,7 +197,6 @@ class _Chunk:
 @dataclass
 class _Stream:
     queue: list = field(default_factory=list)    # heap of (order, seq, chunk)
-    busy_until: float = 0.0                      # the last chunk's hold_s: the next one waits
 
     def head(self):
         return self.queue[0][2] if self.queue else None
@@ -278,12 +281,14 @@ class _Job:
         if setting.compute_s is not None:    # measured compute: the profile's shape, the measured total
             scale = setting.compute_s[index] / ((profile.forward_ns + profile.backward_ns) * 1e-9)
         self.compute_s = (profile.forward_ns + profile.backward_ns) * 1e-9 * scale   # the GPU's, utilisation's
-        stretch = 1.0
+        step_s = setting.ring_step_s
         if setting.cpu_wait_s is not None:   # a shared CPU stretches every layer's replay alike
-            stretch = 1 + setting.cpu_wait_s[index] / self.compute_s
-            scale *= stretch
-        # a collective's 2(W-1) steps each cost its ranks' threads CPU, as stretched as the compute's
-        self.collective_hold_s = 2 * (setting.workers - 1) * setting.ring_step_s * stretch
+            scale *= 1 + setting.cpu_wait_s[index] / self.compute_s
+            # and every ring step wakes a transport thread, which waits for a CPU as long as the replay's
+            # thread waited per wake-up (it sleeps once per layer and direction)
+            step_s += setting.cpu_wait_s[index] / (2 * len(self.layers))
+        # a collective's 2(W-1) steps, each a slice its rank's threads receive, add and forward
+        self.collective_hold_s = 2 * (setting.workers - 1) * step_s
         self.forward_s = [layer.forward_ns * 1e-9 * scale for layer in self.layers]
         self.backward_s = [layer.backward_ns * 1e-9 * scale for layer in self.layers]
         ranking = profile.ranking()
@@ -408,6 +413,7 @@ class _Sim:
         self.timers: list = []
         self.seq = 0
         self.streams: dict[tuple, _Stream] = {}
+        self.held_until: dict[int, float] = {}   # per job: its threads work on a held chunk until then
         self.running = set(range(len(setting.jobs)))
         self.waiting: set[int] = set()
         self.jobs = [_Job(self, i, job, profile) for i, (job, profile)
@@ -439,7 +445,8 @@ class _Sim:
                 job.start_iteration(now)
 
     def heads(self) -> list[_Chunk]:
-        heads = [s.head() for s in self.streams.values() if s.queue and s.busy_until <= self.now + 1e-12]
+        heads = [s.head() for s in self.streams.values()
+                 if s.queue and self.held_until.get(s.head().job, 0.0) <= self.now + 1e-12]
         if self.background is not None and self.running and (self.measure_from is not None
                                                              or not self.setting.segments):
             heads.append(self.background)
@@ -467,13 +474,12 @@ class _Sim:
             self._advance(heads, rates, step)
             done = [c for c in heads if c.kind != "background" and c.bits <= EPSILON_BITS]
             for chunk in done:
-                stream = self.streams[chunk.stream]
-                heapq.heappop(stream.queue)
-                if chunk.hold_s > 0:
-                    stream.busy_until = self.now + chunk.hold_s
+                heapq.heappop(self.streams[chunk.stream].queue)
             for chunk in done:
-                if chunk.hold_s > 0:
-                    self.at(self.now + chunk.hold_s, chunk.done)
+                if chunk.hold_s > 0:      # the job's threads work on it, one chunk at a time
+                    until = max(self.now, self.held_until.get(chunk.job, 0.0)) + chunk.hold_s
+                    self.held_until[chunk.job] = until
+                    self.at(until, chunk.done)
                 else:
                     chunk.done(self.now)
             while self.timers and self.timers[0][0] <= self.now + 1e-12:
