@@ -78,6 +78,22 @@ def test_a_rings_collectives_each_cost_their_2_w_minus_1_steps(workers):
     assert free["median_iteration_s"] == pytest.approx(job["compute_s"], rel=0.01)
 
 
+def test_a_measured_cpu_wait_stretches_compute_and_every_ring_step_by_the_wait_per_wake_up():
+    """The replay sleeps once per layer and direction; each ring step waits as long as one of its wake-ups."""
+    wait = 2.0
+    setting = JobsSetting(jobs=(JobMix("resnet50", "allreduce"),), workers=2, rate_bps=400e9, size_scale=1e-6,
+                          background=False, compute_s=(0.1,), cpu_wait_s=(wait,), iterations=4)
+    (job,) = simulate_jobs(setting, "vanilla")["jobs"]
+    profile = resolve_profile("resnet50", batch=32)
+    stretch = (0.1 + wait) / ((profile.forward_ns + profile.backward_ns) * 1e-9)
+    collectives = len(profile.layers)           # every resnet50 layer has parameters
+    step = wait / (2 * len(profile.layers))
+    backward_after_first_gradient = (profile.backward_ns - profile.layers[-1].backward_ns) * 1e-9 * stretch
+    expected = 0.1 + wait + collectives * 2 * step - backward_after_first_gradient
+    assert job["median_iteration_s"] == pytest.approx(expected, rel=1e-3)
+    assert job["compute_s"] == pytest.approx(0.1)
+
+
 def test_a_job_alone_on_a_fast_fabric_is_compute_bound():
     setting = JobsSetting(jobs=(JobMix("resnet50", "ps"),), rate_bps=400e9, size_scale=0.001, background=False)
     result = simulate_jobs(setting, "vanilla")
