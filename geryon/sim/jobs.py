@@ -74,15 +74,17 @@ from geryon.transport.policy import get_policy
 POLICIES = ("vanilla", "endhost", "fabric", "fabric+weights")
 # the transport policy (geryon.transport.policy) each job runs under each tenants policy
 TRANSPORT_POLICY = {"vanilla": "vanilla", "endhost": "endhost", "fabric": "geryon", "fabric+weights": "geryon"}
-# An emulated port's TCP, measured (docs/results/simulator-tenants_x86-2core_2026-12-04.md). In one FIFO
-# class, flows share a port in proportion to the bytes each keeps in flight. A job's connection idles
-# between its bursts (compute) and restarts from a small window each time; the long-lived background keeps
-# its whole window: `ss -tin` while `bench tenants` ran (vanilla and endhost, 450 busy samples) gave it
-# 2.7x the mean bytes in flight of a job's connection.
+# An emulated port's TCP and a replayed ring's CPU, measured (docs/results/simulator-tenants_x86-2core_2026-12-04.md).
+# In one FIFO class, flows share a port in proportion to the bytes each keeps in flight. A job's connection
+# idles between its bursts (compute) and restarts from a small window each time; the long-lived background
+# keeps its whole window: `ss -tin` on the connections into the first worker's host while `bench tenants`
+# ran (vanilla and endhost, two runs, 450 and 513 busy samples) gave it 2.7x the median bytes in flight of
+# a job's connection (2.5-2.7x the mean).
 EMULATED_BACKGROUND_WINDOW = 2.7
 # CPU seconds a ring rank's transport threads spend per step of a collective (receive a slice, add it,
-# forward it), serial per flow: a 40-byte collective of 2 ranks, 2 steps, takes 0.22 ms on loopback
-# (`geryon bench allreduce --loopback --workers 2 --sizes 40 --repeat 200`).
+# forward it): a 40-byte collective of 2 ranks, 2 steps, takes 0.22 ms on loopback
+# (`geryon bench allreduce --loopback --workers 2 --sizes 40 --repeat 200`); ResNet-50's 107 collectives
+# queued back to back take 135-165 us each.
 EMULATED_RING_STEP_S = 110e-6
 KINDS = ("ps", "allreduce")
 THRESHOLD = 0.5          # the replayed jobs' default class split (JobSpec.threshold)
