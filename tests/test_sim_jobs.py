@@ -13,6 +13,7 @@ import pytest
 from geryon.errors import ConfigError
 from geryon.netconf.tenants import BACKGROUND, BULK, URGENT
 from geryon.categorize.profiles import resolve_profile
+from geryon.categorize.replay import BENCH_SPIN_MARGIN_S
 from geryon.sim.jobs import (EMULATED_BACKGROUND_WINDOW, EMULATED_RING_STEP_S, POLICIES, JobMix, JobsSetting, _Chunk,
                              _Fabric, _Sim, compare_record, run_jobs, setting_from_record, simulate_jobs)
 
@@ -78,20 +79,17 @@ def test_a_rings_collectives_each_cost_their_2_w_minus_1_steps(workers):
     assert free["median_iteration_s"] == pytest.approx(job["compute_s"], rel=0.01)
 
 
-def test_a_measured_cpu_wait_stretches_compute_and_every_ring_step_by_the_wait_per_wake_up():
-    """The replay sleeps once per layer and direction; each ring step waits as long as one of its wake-ups."""
-    wait = 2.0
+def test_a_measured_cpu_wait_makes_every_ring_step_wait_as_long_as_a_replay_wake_up():
+    """The replay wakes once per layer and direction; each ring step's thread waits as long as one of those
+    wake-ups. With a step far longer than any layer, the next forward waits for the last collective."""
+    wake = 2e-3
+    layers = len(resolve_profile("resnet50", batch=32).layers)      # every resnet50 layer has parameters
     setting = JobsSetting(jobs=(JobMix("resnet50", "allreduce"),), workers=2, rate_bps=400e9, size_scale=1e-6,
-                          background=False, compute_s=(0.1,), cpu_wait_s=(wait,), iterations=4)
-    (job,) = simulate_jobs(setting, "vanilla")["jobs"]
-    profile = resolve_profile("resnet50", batch=32)
-    stretch = (0.1 + wait) / ((profile.forward_ns + profile.backward_ns) * 1e-9)
-    collectives = len(profile.layers)           # every resnet50 layer has parameters
-    step = wait / (2 * len(profile.layers))
-    backward_after_first_gradient = (profile.backward_ns - profile.layers[-1].backward_ns) * 1e-9 * stretch
-    expected = 0.1 + wait + collectives * 2 * step - backward_after_first_gradient
-    assert job["median_iteration_s"] == pytest.approx(expected, rel=1e-3)
-    assert job["compute_s"] == pytest.approx(0.1)
+                          background=False, cpu_wait_s=(wake * 2 * layers,), iterations=4)
+    with_wait = simulate_jobs(setting, "vanilla")["jobs"][0]["median_iteration_s"]
+    with_step = simulate_jobs(replace(setting, cpu_wait_s=None, ring_step_s=wake), "vanilla")["jobs"][0]
+    # the same ring holds; the wait also delays the replay's wake-ups, each within one wait
+    assert with_step["median_iteration_s"] < with_wait < with_step["median_iteration_s"] + 3 * wake
 
 
 def test_a_job_alone_on_a_fast_fabric_is_compute_bound():
@@ -102,12 +100,33 @@ def test_a_job_alone_on_a_fast_fabric_is_compute_bound():
     assert result["aggregate_utilisation"] == pytest.approx(1.0, abs=0.01) and result["background_share"] is None
 
 
-def test_a_shared_cpu_stretches_compute_but_not_the_utilisations_numerator():
-    setting = JobsSetting(jobs=(JobMix("resnet50", "ps"),), rate_bps=400e9, size_scale=0.001, background=False,
-                          compute_s=(0.1,), cpu_wait_s=(0.1,))
+def vgg19_alone_with_a_cpu_wait(per_wake_up):
+    """A VGG-19 PS job alone on a fast fabric whose replay waits `per_wake_up` seconds for a CPU at each of
+    its 2 x 19 wake-ups per iteration."""
+    setting = JobsSetting(jobs=(JobMix("vgg19", "ps"),), rate_bps=400e9, size_scale=0.001, background=False,
+                          cpu_wait_s=(per_wake_up * 2 * 19,), iterations=4)
     (job,) = simulate_jobs(setting, "vanilla")["jobs"]
-    assert job["median_iteration_s"] == pytest.approx(0.2, rel=0.01)
-    assert job["compute_s"] == pytest.approx(0.1) and job["utilisation"] == pytest.approx(0.5, rel=0.01)
+    return job, resolve_profile("vgg19", batch=32)
+
+
+def test_a_cpu_wait_within_the_replays_busy_wait_costs_only_the_wake_up_from_a_blocked_pull():
+    job, _ = vgg19_alone_with_a_cpu_wait(BENCH_SPIN_MARGIN_S / 2)
+    # the first layer waits for its pull (just asked for), and wakes a CPU wait late; every other wake-up
+    # is within the busy-wait before its deadline
+    assert job["median_iteration_s"] == pytest.approx(job["compute_s"] + BENCH_SPIN_MARGIN_S / 2, rel=1e-3)
+    assert job["utilisation"] == pytest.approx(job["compute_s"] / job["median_iteration_s"], rel=1e-6)
+
+
+def test_a_late_wake_up_is_absorbed_by_the_deadlines_after_it_not_summed():
+    """A CPU wait longer than a whole pass: after its first late wake-up each pass is behind its deadline
+    chain and runs on without sleeping, so the iteration is three waits, not 38."""
+    wait = 1.0
+    job, profile = vgg19_alone_with_a_cpu_wait(wait)
+    first_forward, first_backward = profile.layers[0].forward_ns * 1e-9, profile.layers[-1].backward_ns * 1e-9
+    # blocked pull + first forward layer's wake-up + first backward layer's wake-up
+    expected = wait + (first_forward + wait - BENCH_SPIN_MARGIN_S) + (first_backward + wait - BENCH_SPIN_MARGIN_S)
+    assert job["median_iteration_s"] == pytest.approx(expected, rel=1e-3)
+    assert job["compute_s"] == pytest.approx((profile.forward_ns + profile.backward_ns) * 1e-9)
 
 
 def test_a_ring_on_a_slow_fabric_waits_for_its_bytes():

@@ -47,8 +47,13 @@ bench computes it). A flow on several ports moves at the least of its ports' sha
 (EMULATED_BACKGROUND_WINDOW, EMULATED_RING_STEP_S); a what-if keeps per-connection sharing and no step
 cost, the fabric's own behaviour without this machine's TCP and CPU.
 
-What it leaves out: CPU contention (the emulation's 2 shared cores; `cpu_wait_s`, measured, stretches
-each layer's compute and adds the replay thread's wait per wake-up to each ring step), TCP's own
+A job computes as `ReplayedModel` replays it: each layer's deadline chains from the previous one's, a
+blocked wait for a parameter pushes the chain back. With `cpu_wait_s` (a bench record's measure of the
+replay thread's CPU wait per iteration), every wake-up of that thread and every ring step waits its
+share of it for a CPU; a late wake-up costs the iteration only where the next layers' deadlines cannot
+absorb it.
+
+What it leaves out: CPU contention beyond `cpu_wait_s` (the emulation's 2 shared cores), TCP's own
 dynamics beyond the background's window (slow start, queueing delay), latency, jitter (the bench's
 iteration is the slowest worker's, the simulated one a representative worker's) and stragglers.
 `compare_record` puts it beside a `geryon bench tenants` record, job by job.
@@ -64,6 +69,7 @@ from dataclasses import dataclass, field, replace
 
 from geryon.categorize.classes import threshold_split
 from geryon.categorize.profiles import LayerProfile, resolve_profile
+from geryon.categorize.replay import BENCH_SPIN_MARGIN_S
 from geryon.errors import ConfigError
 from geryon.netconf.qos_profile import STRICT
 from geryon.netconf.render.linux import class_rates
@@ -126,7 +132,7 @@ class JobsSetting:
     compute_s: tuple[float, ...] | None = None   # per job, measured compute per iteration (overrides profile)
     segments: bool = False   # as `bench tenants` runs them: warm-up, then every job's iterations started together,
     #                          a job done idles, background on from the measured start (else: steady state)
-    cpu_wait_s: tuple[float, ...] | None = None  # per job, seconds per iteration its compute waited for a CPU
+    cpu_wait_s: tuple[float, ...] | None = None  # per job, seconds per iteration its replay waited for a CPU
     background_window: float = 1.0    # the background's bytes in flight over a job connection's, in one class
     #                                   (EMULATED_BACKGROUND_WINDOW for an emulated port; 1: per connection)
     ring_step_s: float = 0.0          # CPU per ring step and collective (EMULATED_RING_STEP_S when emulated)
@@ -283,14 +289,13 @@ class _Job:
         if setting.compute_s is not None:    # measured compute: the profile's shape, the measured total
             scale = setting.compute_s[index] / ((profile.forward_ns + profile.backward_ns) * 1e-9)
         self.compute_s = (profile.forward_ns + profile.backward_ns) * 1e-9 * scale   # the GPU's, utilisation's
-        step_s = setting.ring_step_s
-        if setting.cpu_wait_s is not None:   # a shared CPU stretches every layer's replay alike
-            scale *= 1 + setting.cpu_wait_s[index] / self.compute_s
-            # and every ring step wakes a transport thread, which waits for a CPU as long as the replay's
-            # thread waited per wake-up (it sleeps once per layer and direction)
-            step_s += setting.cpu_wait_s[index] / (2 * len(self.layers))
+        # A shared CPU: every wake-up of the replay's thread (it sleeps once per layer and direction, and
+        # wakes when a blocked wait ends) waits this long for a CPU, and so does every ring step's thread.
+        self.wake_s = 0.0 if setting.cpu_wait_s is None else setting.cpu_wait_s[index] / (2 * len(self.layers))
         # a collective's 2(W-1) steps, each a slice its rank's threads receive, add and forward
-        self.collective_hold_s = 2 * (setting.workers - 1) * step_s
+        self.collective_hold_s = 2 * (setting.workers - 1) * (setting.ring_step_s + self.wake_s)
+        self.clock = 0.0                 # the replay's deadline chain (geryon.categorize.replay)
+        self.blocked_from: float | None = None
         self.forward_s = [layer.forward_ns * 1e-9 * scale for layer in self.layers]
         self.backward_s = [layer.backward_ns * 1e-9 * scale for layer in self.layers]
         ranking = profile.ranking()
@@ -312,18 +317,35 @@ class _Job:
     # -- compute ------------------------------------------------------------------------------
     def start_iteration(self, now: float) -> None:
         self.step_start = now
+        self.clock = now
         self.forward(0, now)
+
+    def layer_end(self, computing: float, duration: float) -> float:
+        """When a layer that starts computing at `computing` ends, as `ReplayedModel` runs it: its deadline
+        chains from the previous layer's, not from its start; a layer that sleeps toward its deadline
+        wakes a CPU wait late (less the busy-wait margin); one already behind its deadline runs on."""
+        self.clock += duration
+        if self.clock - computing > BENCH_SPIN_MARGIN_S:
+            return self.clock + max(0.0, self.wake_s - BENCH_SPIN_MARGIN_S)
+        return max(self.clock, computing)
 
     def forward(self, layer: int, now: float) -> None:
         if layer == len(self.layers):   # every pull of the last iteration landed: its pushes are done
             self.backward_done = False
+            self.clock = now
             self.backward(len(self.layers) - 1, now)
             return
         if layer in self.bits and layer not in self.ready:
             self.waiting_for = layer
+            if self.blocked_from is None:
+                self.blocked_from = now
             return
         self.ready.discard(layer)
-        self.sim.at(now + self.forward_s[layer], lambda t: self.forward(layer + 1, t))
+        if self.blocked_from is not None:    # woken: waits for a CPU; the wait pushes the schedule back
+            now += self.wake_s
+            self.clock += now - self.blocked_from
+            self.blocked_from = None
+        self.sim.at(self.layer_end(now, self.forward_s[layer]), lambda t: self.forward(layer + 1, t))
 
     def backward(self, layer: int, now: float) -> None:
         def end(t):
@@ -333,7 +355,7 @@ class _Job:
                 self.end_backward(t)
             else:
                 self.backward(layer - 1, t)
-        self.sim.at(now + self.backward_s[layer], end)
+        self.sim.at(self.layer_end(now, self.backward_s[layer]), end)
 
     def end_backward(self, now: float) -> None:
         self.steps.append(now - self.step_start)
