@@ -161,6 +161,19 @@ def test_segments_start_together_and_steady_state_keeps_every_job_running():
     assert segments["jobs"][0]["median_iteration_s"] < steady["jobs"][0]["median_iteration_s"]
 
 
+def test_a_segments_measured_iterations_start_once_the_warm_ups_transfers_have_landed():
+    """The bench starts the background between the warm-up and the measured run: the first measured
+    iteration finds every parameter in place and is compute only; the next ones wait for the network."""
+    setting = JobsSetting(jobs=PS_AND_RING, workers=2, rate_bps=200e6, size_scale=0.01, iterations=4, warmup=2,
+                          segments=True, background_window=EMULATED_BACKGROUND_WINDOW)
+    sim = _Sim(setting, "endhost")
+    sim.run()
+    for job in sim.jobs:
+        first, *rest = job.steps[setting.warmup:]
+        assert first == pytest.approx(job.compute_s, rel=1e-6)
+        assert min(rest) > 1.2 * job.compute_s
+
+
 def test_a_record_compares_with_its_own_simulation(tmp_path, capsys):
     models = ("vgg19", "resnet50:allreduce")
     setting = JobsSetting(jobs=tuple(JobMix.parse(m) for m in models), workers=2, rate_bps=200e6,

@@ -19,7 +19,8 @@ model's per-layer profile (compute times x compute_scale, parameter bytes x size
 
 Every job runs `warmup` then `iterations` iterations and keeps iterating until all jobs are done
 (steady state), or, with `segments` (how `compare_record` runs a bench record), as the bench runs a
-segment: warm-up, then every job's iterations started together, a job that is done idling, the
+segment: warm-up, then, once the warm-up's transfers have landed (the bench starts the background
+between the two runs), every job's iterations started together, a job that is done idling, the
 background on from the measured start.
 
 Each stream (job, direction, class, connection) sends its chunks one at a time in its sender's order:
@@ -440,6 +441,7 @@ class _Sim:
         self.held_until: dict[int, float] = {}   # per job: its threads work on a held chunk until then
         self.running = set(range(len(setting.jobs)))
         self.waiting: set[int] = set()
+        self.settling = False
         self.jobs = [_Job(self, i, job, profile) for i, (job, profile)
                      in enumerate(zip(setting.jobs, job_profiles(setting)))]
         self.background_bits = 0.0
@@ -463,10 +465,13 @@ class _Sim:
 
     def warmed(self, index: int, now: float) -> None:
         self.waiting.add(index)
-        if len(self.waiting) == len(self.jobs):
-            self.measure_from = now
-            for job in self.jobs:
-                job.start_iteration(now)
+        self.settling = len(self.waiting) == len(self.jobs)
+
+    def settled(self) -> bool:
+        """Every job has done its warm-up and every transfer of it has landed: the bench starts the
+        background and waits for its connection between the two runs, so the measured iterations start
+        with every parameter in place."""
+        return self.settling and not self.timers and not any(s.queue for s in self.streams.values())
 
     def heads(self) -> list[_Chunk]:
         heads = [s.head() for s in self.streams.values()
@@ -487,6 +492,11 @@ class _Sim:
         for job in self.jobs:
             job.start_iteration(0.0)
         while self.running:
+            if self.settled():
+                self.settling = False
+                self.measure_from = self.now
+                for job in self.jobs:
+                    job.start_iteration(self.now)
             heads = self.heads()
             rates = self.rates(heads)
             next_timer = self.timers[0][0] if self.timers else math.inf
