@@ -131,8 +131,9 @@ class JobsSetting:
     warmup: int = WARMUP
     frame_bytes: int = ETHERNET_FRAME_BYTES   # EMULATED_FRAME_BYTES for an emulated (veth, HTB) port
     compute_s: tuple[float, ...] | None = None   # per job, measured compute per iteration (overrides profile)
-    segments: bool = False   # as `bench tenants` runs them: warm-up, then every job's iterations started together,
-    #                          a job done idles, background on from the measured start (else: steady state)
+    segments: bool = False   # as `bench tenants` runs them: warm-up, its transfers landed, then every job's
+    #                          iterations started together, a job done idles, background on from the measured
+    #                          start (else: steady state)
     cpu_wait_s: tuple[float, ...] | None = None  # per job, seconds per iteration its replay waited for a CPU
     background_window: float = 1.0    # the background's bytes in flight over a job connection's, in one class
     #                                   (EMULATED_BACKGROUND_WINDOW for an emulated port; 1: per connection)
@@ -586,8 +587,8 @@ def measured_cpu_wait(record: dict, policy: str) -> tuple[float, ...] | None:
 
 def compare_record(record: dict, cpu_wait: bool = False) -> list[dict]:
     """Simulated beside measured, per policy and job: iteration time, utilisation, background share, and the
-    simulation's relative error on the iteration time and the aggregate utilisation. cpu_wait: each job's
-    compute stretched by the CPU wait the bench measured under that policy (records that have it)."""
+    simulation's relative error on the iteration time and the aggregate utilisation. cpu_wait: with the CPU
+    wait the bench measured for each job under that policy (records that have it; `JobsSetting.cpu_wait_s`)."""
     setting = setting_from_record(record)
     rows = []
     for policy, measured in record["summary"].items():
