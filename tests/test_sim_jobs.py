@@ -1,6 +1,8 @@
 """geryon sim --jobs: the fluid model of job mixes on one fabric. Its ports serve classes as the Linux target
-programs them, a job alone on a fast fabric is compute-bound, a ring on a slow one is bandwidth-bound, the
-background keeps its floor, and a tenants bench record compares with its own simulation."""
+programs them, flows in one class share by the bytes each keeps in flight, a vanilla PS tensor moves whole on
+its server's connection, a ring's collectives cost their steps, a job alone on a fast fabric is
+compute-bound, a ring on a slow one is bandwidth-bound, the background keeps its floor, and a tenants bench
+record compares with its own simulation."""
 
 import argparse
 import json
@@ -10,14 +12,16 @@ import pytest
 
 from geryon.errors import ConfigError
 from geryon.netconf.tenants import BACKGROUND, BULK, URGENT
-from geryon.sim.jobs import (POLICIES, JobMix, JobsSetting, _Chunk, _Fabric, compare_record, run_jobs,
-                             setting_from_record, simulate_jobs)
+from geryon.categorize.profiles import resolve_profile
+from geryon.categorize.replay import BENCH_SPIN_MARGIN_S
+from geryon.sim.jobs import (EMULATED_BACKGROUND_WINDOW, EMULATED_RING_STEP_S, POLICIES, JobMix, JobsSetting, _Chunk,
+                             _Fabric, _Sim, compare_record, run_jobs, setting_from_record, simulate_jobs)
 
 PS_AND_RING = (JobMix("vgg19", "ps"), JobMix("resnet50", "allreduce"))
 
 
-def chunk(cls, connections=1):
-    return _Chunk(0, "pull", 0, cls, (0,), 1e9, ("down",), connections)
+def chunk(cls, connections=1, window=1.0):
+    return _Chunk(0, "pull", 0, cls, (0,), 1e9, ("down",), connections, window=window)
 
 
 def test_a_port_serves_classes_as_linux_htb_does():
@@ -36,6 +40,58 @@ def test_a_port_serves_classes_as_linux_htb_does():
     assert shares[id(ps)] == pytest.approx(3 * shares[id(ring)]) and sum(shares.values()) == pytest.approx(capacity)
 
 
+def test_one_class_shares_a_port_by_the_bytes_each_connection_keeps_in_flight():
+    setting = JobsSetting(jobs=PS_AND_RING, rate_bps=100e6)
+    capacity = _Fabric(setting, "vanilla").capacity["down"]
+    ps, ring, background = chunk(BULK, connections=2), chunk(BULK), chunk(BULK, window=2.7)
+    shares = _Fabric(setting, "vanilla").port_shares("down", [ps, ring, background])
+    assert shares[id(background)] == pytest.approx(capacity * 2.7 / 5.7)
+    assert shares[id(ps)] == pytest.approx(2 * shares[id(ring)]) and sum(shares.values()) == pytest.approx(capacity)
+    # under fabric classes the background has a class of its own: its window does not buy it a share
+    urgent = chunk(URGENT)
+    shares = _Fabric(setting, "fabric").port_shares("down", [urgent, chunk(BACKGROUND, window=2.7)])
+    assert shares[id(urgent)] == pytest.approx(0.9 * capacity, rel=0.01)
+
+
+def test_a_vanilla_ps_tensor_moves_whole_on_its_servers_connection():
+    setting = JobsSetting(jobs=(JobMix("vgg19", "ps"),), workers=4, size_scale=0.01)
+    vanilla, endhost = _Sim(setting, "vanilla").jobs[0], _Sim(setting, "endhost").jobs[0]
+    for layer in vanilla.bits:      # vgg19: every layer has parameters, tensor i is layer i
+        assert vanilla.ps_flow(layer) == (1, layer % 4)       # round robin by tensor, one connection
+        assert endhost.ps_flow(layer) == (4, 0)               # sliced over the 4 servers at once
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_a_rings_collectives_each_cost_their_2_w_minus_1_steps(workers):
+    """A ring with no bytes to speak of and a step cost larger than any backward layer: the collectives
+    queue behind each other, so the next forward waits for all of them, collectives x steps x cost after
+    the first gradient."""
+    step = 2e-3
+    setting = JobsSetting(jobs=(JobMix("resnet50", "allreduce"),), workers=workers, rate_bps=400e9,
+                          size_scale=1e-6, background=False, ring_step_s=step, iterations=4)
+    (job,) = simulate_jobs(setting, "vanilla")["jobs"]
+    profile = resolve_profile("resnet50", batch=32)
+    collectives = sum(1 for layer in profile.layers if layer.param_bytes > 0)
+    backward_after_first_gradient = (profile.backward_ns - profile.layers[-1].backward_ns) * 1e-9
+    expected = job["compute_s"] + collectives * 2 * (workers - 1) * step - backward_after_first_gradient
+    assert job["median_iteration_s"] == pytest.approx(expected, rel=1e-3)
+    free = simulate_jobs(replace(setting, ring_step_s=0.0), "vanilla")["jobs"][0]
+    assert free["median_iteration_s"] == pytest.approx(job["compute_s"], rel=0.01)
+
+
+def test_a_measured_cpu_wait_makes_every_ring_step_wait_as_long_as_a_replay_wake_up():
+    """The replay wakes once per layer and direction; each ring step's thread waits as long as one of those
+    wake-ups. With a step far longer than any layer, the next forward waits for the last collective."""
+    wake = 2e-3
+    layers = len(resolve_profile("resnet50", batch=32).layers)      # every resnet50 layer has parameters
+    setting = JobsSetting(jobs=(JobMix("resnet50", "allreduce"),), workers=2, rate_bps=400e9, size_scale=1e-6,
+                          background=False, cpu_wait_s=(wake * 2 * layers,), iterations=4)
+    with_wait = simulate_jobs(setting, "vanilla")["jobs"][0]["median_iteration_s"]
+    with_step = simulate_jobs(replace(setting, cpu_wait_s=None, ring_step_s=wake), "vanilla")["jobs"][0]
+    # the same ring holds; the wait also delays the replay's wake-ups, each within one wait
+    assert with_step["median_iteration_s"] < with_wait < with_step["median_iteration_s"] + 3 * wake
+
+
 def test_a_job_alone_on_a_fast_fabric_is_compute_bound():
     setting = JobsSetting(jobs=(JobMix("resnet50", "ps"),), rate_bps=400e9, size_scale=0.001, background=False)
     result = simulate_jobs(setting, "vanilla")
@@ -44,20 +100,39 @@ def test_a_job_alone_on_a_fast_fabric_is_compute_bound():
     assert result["aggregate_utilisation"] == pytest.approx(1.0, abs=0.01) and result["background_share"] is None
 
 
-def test_a_shared_cpu_stretches_compute_but_not_the_utilisations_numerator():
-    setting = JobsSetting(jobs=(JobMix("resnet50", "ps"),), rate_bps=400e9, size_scale=0.001, background=False,
-                          compute_s=(0.1,), cpu_wait_s=(0.1,))
+def vgg19_alone_with_a_cpu_wait(per_wake_up):
+    """A VGG-19 PS job alone on a fast fabric whose replay waits `per_wake_up` seconds for a CPU at each of
+    its 2 x 19 wake-ups per iteration."""
+    setting = JobsSetting(jobs=(JobMix("vgg19", "ps"),), rate_bps=400e9, size_scale=0.001, background=False,
+                          cpu_wait_s=(per_wake_up * 2 * 19,), iterations=4)
     (job,) = simulate_jobs(setting, "vanilla")["jobs"]
-    assert job["median_iteration_s"] == pytest.approx(0.2, rel=0.01)
-    assert job["compute_s"] == pytest.approx(0.1) and job["utilisation"] == pytest.approx(0.5, rel=0.01)
+    return job, resolve_profile("vgg19", batch=32)
+
+
+def test_a_cpu_wait_within_the_replays_busy_wait_costs_only_the_wake_up_from_a_blocked_pull():
+    job, _ = vgg19_alone_with_a_cpu_wait(BENCH_SPIN_MARGIN_S / 2)
+    # the first layer waits for its pull (just asked for), and wakes a CPU wait late; every other wake-up
+    # is within the busy-wait before its deadline
+    assert job["median_iteration_s"] == pytest.approx(job["compute_s"] + BENCH_SPIN_MARGIN_S / 2, rel=1e-3)
+    assert job["utilisation"] == pytest.approx(job["compute_s"] / job["median_iteration_s"], rel=1e-6)
+
+
+def test_a_late_wake_up_is_absorbed_by_the_deadlines_after_it_not_summed():
+    """A CPU wait longer than a whole pass: after its first late wake-up each pass is behind its deadline
+    chain and runs on without sleeping, so the iteration is three waits, not 38."""
+    wait = 1.0
+    job, profile = vgg19_alone_with_a_cpu_wait(wait)
+    first_forward, first_backward = profile.layers[0].forward_ns * 1e-9, profile.layers[-1].backward_ns * 1e-9
+    # blocked pull + first forward layer's wake-up + first backward layer's wake-up
+    expected = wait + (first_forward + wait - BENCH_SPIN_MARGIN_S) + (first_backward + wait - BENCH_SPIN_MARGIN_S)
+    assert job["median_iteration_s"] == pytest.approx(expected, rel=1e-3)
+    assert job["compute_s"] == pytest.approx((profile.forward_ns + profile.backward_ns) * 1e-9)
 
 
 def test_a_ring_on_a_slow_fabric_waits_for_its_bytes():
     setting = JobsSetting(jobs=(JobMix("resnet50", "allreduce"),), workers=4, rate_bps=10e6, size_scale=0.01,
                           background=False)
     result = simulate_jobs(setting, "vanilla")
-    from geryon.categorize.profiles import resolve_profile
-
     ring_bits = resolve_profile("resnet50", batch=32).param_bytes * 0.01 * 8 * 2 * 3 / 4
     assert result["jobs"][0]["median_iteration_s"] >= ring_bits / setting.payload_bps
 
@@ -86,10 +161,24 @@ def test_segments_start_together_and_steady_state_keeps_every_job_running():
     assert segments["jobs"][0]["median_iteration_s"] < steady["jobs"][0]["median_iteration_s"]
 
 
+def test_a_segments_measured_iterations_start_once_the_warm_ups_transfers_have_landed():
+    """The bench starts the background between the warm-up and the measured run: the first measured
+    iteration finds every parameter in place and is compute only; the next ones wait for the network."""
+    setting = JobsSetting(jobs=PS_AND_RING, workers=2, rate_bps=200e6, size_scale=0.01, iterations=4, warmup=2,
+                          segments=True, background_window=EMULATED_BACKGROUND_WINDOW)
+    sim = _Sim(setting, "endhost")
+    sim.run()
+    for job in sim.jobs:
+        first, *rest = job.steps[setting.warmup:]
+        assert first == pytest.approx(job.compute_s, rel=1e-6)
+        assert min(rest) > 1.2 * job.compute_s
+
+
 def test_a_record_compares_with_its_own_simulation(tmp_path, capsys):
     models = ("vgg19", "resnet50:allreduce")
     setting = JobsSetting(jobs=tuple(JobMix.parse(m) for m in models), workers=2, rate_bps=200e6,
-                          size_scale=0.01, frame_bytes=14, compute_s=(0.15, 0.1), warmup=2, segments=True)
+                          size_scale=0.01, frame_bytes=14, compute_s=(0.15, 0.1), warmup=2, segments=True,
+                          background_window=EMULATED_BACKGROUND_WINDOW, ring_step_s=EMULATED_RING_STEP_S)
     summary = {}
     for policy in ("endhost", "fabric"):
         r = simulate_jobs(setting, policy)

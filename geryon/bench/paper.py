@@ -47,6 +47,7 @@ from geryon.bench.paper_job import JobSpec, PaperJob, role_cpu_seconds
 from geryon.bench.paper_math import (CLASS_THREAD_NICE, COMPUTE_RT_PRIORITY, CONTROL, THREAD_RT_PRIORITY,
                                      PaperScale, calibration_step, cpu_share, make_row, read_proc_stat,
                                      rotated, summarize)
+from geryon.categorize.replay import BENCH_SPIN_MARGIN_S
 from geryon.emulate.cluster import DEFAULT_ACK_PRIORITY
 from geryon.errors import ConfigError
 from geryon.netconf.plan import parse_ack_priority
@@ -135,7 +136,7 @@ class PaperSettings:
     placement: str = "count"
     notsent_lowat: int = 16 * 1024
     batch: int = 32
-    spin_margin: float = 0.0002
+    spin_margin: float = BENCH_SPIN_MARGIN_S
     timeline: str | None = None
     compute_iterations: int = 3
     control_rate: int = NOLIMIT_RATE

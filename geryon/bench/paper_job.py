@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from geryon import envvars
 from geryon.bench.paper_math import slowest_per_iteration
 from geryon.bench.threshold import REPLAY_MODULE, RoleProcess, gather_replies
+from geryon.categorize.replay import BENCH_SPIN_MARGIN_S
 from geryon.childproc import child_env, module_argv
 from geryon.errors import ConfigError, TransportError
 
@@ -52,7 +53,7 @@ class JobSpec:
     batch: int = 32
     time_scale: float = 1.0          # replay time scale (compute_scale x wall_scale)
     size_scale: float = 0.01
-    spin_margin: float = 0.0002
+    spin_margin: float = BENCH_SPIN_MARGIN_S
     timeout: float = 120.0
     threshold: float = 0.5           # used only when priority is "threshold"
     async_push: bool = True          # push hooks overlap compute (a GPU's async backward)

@@ -47,6 +47,7 @@ from geryon.emulate.traffic import traffic_argv
 from geryon.errors import ConfigError
 from geryon.netconf.tenants import (BACKGROUND_DSCP, BACKGROUND_PERCENT, Tenant, Tenants, tenant_class_spec,
                                     tenant_profile)
+from geryon.sim.jobs import TRANSPORT_POLICY
 
 POLICIES = ("vanilla", "endhost", "fabric", "fabric+weights")
 KINDS = ("ps", "allreduce")
@@ -55,9 +56,9 @@ RING_PORT = 5400        # allreduce job i listens on RING_PORT + i * PORTS_PER_J
 SINK_PORT = 5399
 BACKGROUND_SECONDS = 3600  # the sender runs until the segment ends; the sink's count is the measure
 CONNECT_TIMEOUT_S = 60.0
-# A job's transport per policy (replay_roles' TRANSPORT_OVERRIDES); "dscp" is set per job for fabric ones.
-POLICY_TRANSPORT = {"vanilla": {"policy": "vanilla"}, "endhost": {"policy": "endhost"},
-                    "fabric": {"policy": "geryon"}, "fabric+weights": {"policy": "geryon"}}
+# A job's transport per policy (replay_roles' TRANSPORT_OVERRIDES), the one the simulator models each policy
+# with; "dscp" is set per job for fabric ones.
+POLICY_TRANSPORT = {policy: {"policy": TRANSPORT_POLICY[policy]} for policy in POLICIES}
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from geryon.categorize.urgency import RankedParameter
 from geryon.errors import ConfigError
 
 SLEEP_MARGIN_S = 0.001   # default busy-wait at the end of each layer (time.sleep overshoots ~0.1 ms)
+BENCH_SPIN_MARGIN_S = 0.0002   # the benches' busy-wait: W spinning replays on 2 shared cores starve the rest
 
 
 def wait_until(deadline: float, spin_margin: float = SLEEP_MARGIN_S) -> None:

@@ -79,7 +79,8 @@ def add_commands(commands, bench) -> None:
                         help="--jobs: the background class's guaranteed share (default 10)")
     parser.add_argument("--no-background", action="store_true", help="--jobs: no background flow")
     parser.add_argument("--cpu-wait", action="store_true",
-                        help="--jobs --compare: stretch each job's compute by the CPU wait the bench measured")
+                        help="--jobs --compare: the CPU wait the bench measured per job and policy, spread over "
+                             "the replay's wake-ups and every ring step")
     parser.add_argument("--curve", action="store_true", help="potential speedup vs bandwidth (VGG-19)")
     parser.add_argument("--slice-table", action="store_true",
                         help="the paper's slicing table: VGG-19 10GbE, geryon vs endhost, 1024K/512K/256K")

@@ -19,23 +19,45 @@ model's per-layer profile (compute times x compute_scale, parameter bytes x size
 
 Every job runs `warmup` then `iterations` iterations and keeps iterating until all jobs are done
 (steady state), or, with `segments` (how `compare_record` runs a bench record), as the bench runs a
-segment: warm-up, then every job's iterations started together, a job that is done idling, the
+segment: warm-up, then, once the warm-up's transfers have landed (the bench starts the background
+between the two runs), every job's iterations started together, a job that is done idling, the
 background on from the measured start.
 
-Each stream (job, direction, class) sends its chunks one at a time in its sender's order: FIFO for
-vanilla; the class first, then arrival, for endhost and the fabric policies (the replayed roles'
+Each stream (job, direction, class, connection) sends its chunks one at a time in its sender's order:
+FIFO for vanilla; the class first, then arrival, for endhost and the fabric policies (the replayed roles'
 `--within-class fifo`). Tensors' classes are the replayed roles' (threshold_split at the job's
-threshold, by position). A port serves its flows as `geryon.netconf.render.linux` programs it: every
-present class gets its guaranteed HTB rate (`class_rates`), the rest goes to the highest present
-priority level, weighted levels split by weight; inside a class, flows share per TCP connection (a PS
-worker has one per server, a ring rank one to its neighbour, the background one). Under vanilla and
-endhost everything is unmarked, so one class; under the fabric policies the classes of
+threshold, by position). A PS tensor moves as the job's transport policy (TRANSPORT_POLICY) deals it:
+sliced over every server's connection at once (endhost, geryon), or whole on server tensor % servers
+(vanilla, one stream per server). A ring collective, once its bytes have moved, holds its job for
+2(W-1) steps of `ring_step_s` (each rank's threads receive, add and forward a slice per step; the
+threads of a rank's process share its interpreter lock, so its collectives take turns whatever flow
+they ride), so a job with one collective per layer pays collectives x steps of transport CPU per
+iteration.
+
+A port serves its flows as `geryon.netconf.render.linux` programs it: every present class gets its
+guaranteed HTB rate (`class_rates`), the rest goes to the highest present priority level, weighted
+levels split by weight; inside a class (one FIFO), flows share in proportion to the bytes each keeps in
+flight: per TCP connection (a PS worker has one per server, a ring rank one to its neighbour per class),
+the background's connection counting `background_window` times a job's (it never idles, so it keeps its
+whole window, where a job's connection restarts from a small one after each compute phase). Under
+vanilla and endhost everything is unmarked, so one class; under the fabric policies the classes of
 `geryon.netconf.tenants.tenant_profile`, with job weights for fabric+weights (GPU intensity, as the
 bench computes it). A flow on several ports moves at the least of its ports' shares.
 
-What it leaves out: CPU contention (the emulation's 2 shared cores), TCP's own dynamics (slow start,
-queueing delay), latency, the ring's step-by-step pipelining and stragglers. `compare_record` puts it
-beside a `geryon bench tenants` record, job by job.
+`setting_from_record` simulates a bench record with the emulated port's measured constants
+(EMULATED_BACKGROUND_WINDOW, EMULATED_RING_STEP_S); a what-if keeps per-connection sharing and no step
+cost, the fabric's own behaviour without this machine's TCP and CPU.
+
+A job computes as `ReplayedModel` replays it: each layer's deadline chains from the previous one's, a
+blocked wait for a parameter pushes the chain back. With `cpu_wait_s` (a bench record's measure of the
+replay thread's CPU wait per iteration), every wake-up of that thread and every ring step waits its
+share of it for a CPU; a late wake-up costs the iteration only where the next layers' deadlines cannot
+absorb it.
+
+What it leaves out: CPU contention beyond `cpu_wait_s` (the emulation's 2 shared cores), TCP's own
+dynamics beyond the background's window (slow start, queueing delay), latency, jitter (the bench's
+iteration is the slowest worker's, the simulated one a representative worker's) and stragglers.
+`compare_record` puts it beside a `geryon bench tenants` record, job by job.
 """
 
 from __future__ import annotations
@@ -48,13 +70,29 @@ from dataclasses import dataclass, field, replace
 
 from geryon.categorize.classes import threshold_split
 from geryon.categorize.profiles import LayerProfile, resolve_profile
+from geryon.categorize.replay import BENCH_SPIN_MARGIN_S
 from geryon.errors import ConfigError
 from geryon.netconf.qos_profile import STRICT
 from geryon.netconf.render.linux import class_rates
 from geryon.netconf.tenants import BACKGROUND, BACKGROUND_PERCENT, BULK, Tenant, Tenants, tenant_profile
 from geryon.sim.scenario import EMULATED_FRAME_BYTES, ETHERNET_FRAME_BYTES, MAX_WORKERS, payload_rate
+from geryon.transport.policy import get_policy
 
 POLICIES = ("vanilla", "endhost", "fabric", "fabric+weights")
+# the transport policy (geryon.transport.policy) each job runs under each tenants policy
+TRANSPORT_POLICY = {"vanilla": "vanilla", "endhost": "endhost", "fabric": "geryon", "fabric+weights": "geryon"}
+# An emulated port's TCP and a replayed ring's CPU, measured (docs/results/simulator-tenants_x86-2core_2026-12-04.md).
+# In one FIFO class, flows share a port in proportion to the bytes each keeps in flight. A job's connection
+# idles between its bursts (compute) and restarts from a small window each time; the long-lived background
+# keeps its whole window: `ss -tin` on the connections into the first worker's host while `bench tenants`
+# ran (vanilla and endhost, two runs, 450 and 513 busy samples) gave it 2.7x the median bytes in flight of
+# a job's connection (2.5-2.7x the mean).
+EMULATED_BACKGROUND_WINDOW = 2.7
+# CPU seconds a ring rank's transport threads spend per step of a collective (receive a slice, add it,
+# forward it): a 40-byte collective of 2 ranks, 2 steps, takes 0.22 ms on loopback
+# (`geryon bench allreduce --loopback --workers 2 --sizes 40 --repeat 200`); ResNet-50's 107 collectives
+# queued back to back take 135-165 us each.
+EMULATED_RING_STEP_S = 110e-6
 KINDS = ("ps", "allreduce")
 THRESHOLD = 0.5          # the replayed jobs' default class split (JobSpec.threshold)
 BATCH = 32
@@ -93,9 +131,13 @@ class JobsSetting:
     warmup: int = WARMUP
     frame_bytes: int = ETHERNET_FRAME_BYTES   # EMULATED_FRAME_BYTES for an emulated (veth, HTB) port
     compute_s: tuple[float, ...] | None = None   # per job, measured compute per iteration (overrides profile)
-    segments: bool = False   # as `bench tenants` runs them: warm-up, then every job's iterations started together,
-    #                          a job done idles, background on from the measured start (else: steady state)
-    cpu_wait_s: tuple[float, ...] | None = None  # per job, seconds per iteration its compute waited for a CPU
+    segments: bool = False   # as `bench tenants` runs them: warm-up, its transfers landed, then every job's
+    #                          iterations started together, a job done idles, background on from the measured
+    #                          start (else: steady state)
+    cpu_wait_s: tuple[float, ...] | None = None  # per job, seconds per iteration its replay waited for a CPU
+    background_window: float = 1.0    # the background's bytes in flight over a job connection's, in one class
+    #                                   (EMULATED_BACKGROUND_WINDOW for an emulated port; 1: per connection)
+    ring_step_s: float = 0.0          # CPU per ring step and collective (EMULATED_RING_STEP_S when emulated)
 
     def __post_init__(self):
         if not self.jobs:
@@ -150,8 +192,16 @@ class _Chunk:
     order: tuple           # sender's order inside its stream
     bits: float
     ports: tuple[str, ...]
-    connections: int
+    connections: int       # TCP connections it moves on at once
     done: object = None    # callback(now)
+    flow: int = 0          # which of the stream's connections (a vanilla PS tensor's server)
+    window: float = 1.0    # bytes in flight per connection, relative to a job's (JobsSetting.background_window)
+    hold_s: float = 0.0    # after its bytes, its job's threads work this long on it before it is done; no
+    #                        other held chunk of the job moves meanwhile (the threads share one interpreter)
+
+    @property
+    def stream(self) -> tuple:
+        return (self.job, self.kind, self.cls, self.flow)
 
 
 @dataclass
@@ -224,9 +274,9 @@ class _Fabric:
                     class_bw[c.name] += spare * (c.weight or 1) / total
         shares = {}
         for name, chunks in present.items():
-            connections = sum(c.connections for c in chunks)
+            held = sum(c.connections * c.window for c in chunks)
             for chunk in chunks:
-                shares[id(chunk)] = class_bw[name] * chunk.connections / connections
+                shares[id(chunk)] = class_bw[name] * chunk.connections * chunk.window / held
         return shares
 
 
@@ -241,14 +291,20 @@ class _Job:
         if setting.compute_s is not None:    # measured compute: the profile's shape, the measured total
             scale = setting.compute_s[index] / ((profile.forward_ns + profile.backward_ns) * 1e-9)
         self.compute_s = (profile.forward_ns + profile.backward_ns) * 1e-9 * scale   # the GPU's, utilisation's
-        if setting.cpu_wait_s is not None:   # a shared CPU stretches every layer's replay alike
-            scale *= 1 + setting.cpu_wait_s[index] / self.compute_s
+        # A shared CPU: every wake-up of the replay's thread (it sleeps once per layer and direction, and
+        # wakes when a blocked wait ends) waits this long for a CPU, and so does every ring step's thread.
+        self.wake_s = 0.0 if setting.cpu_wait_s is None else setting.cpu_wait_s[index] / (2 * len(self.layers))
+        # a collective's 2(W-1) steps, each a slice its rank's threads receive, add and forward
+        self.collective_hold_s = 2 * (setting.workers - 1) * (setting.ring_step_s + self.wake_s)
+        self.clock = 0.0                 # the replay's deadline chain (geryon.categorize.replay)
+        self.blocked_from: float | None = None
         self.forward_s = [layer.forward_ns * 1e-9 * scale for layer in self.layers]
         self.backward_s = [layer.backward_ns * 1e-9 * scale for layer in self.layers]
         ranking = profile.ranking()
         classes = threshold_split(ranking, [THRESHOLD], metric="position", max_classes=2).class_of
         index_of = {layer.name: i for i, layer in enumerate(self.layers)}
         self.tensor_class = {index_of[p.name]: c for p, c in zip(ranking, classes)}
+        self.tensor_of = {index_of[p.name]: tensor for tensor, p in enumerate(ranking)}
         self.bits = {i: layer.param_bytes * setting.size_scale * 8 for i, layer in enumerate(self.layers)
                      if layer.param_bytes > 0}
         self.ready: set[int] = set(self.bits)        # parameters available for the next forward
@@ -263,18 +319,35 @@ class _Job:
     # -- compute ------------------------------------------------------------------------------
     def start_iteration(self, now: float) -> None:
         self.step_start = now
+        self.clock = now
         self.forward(0, now)
+
+    def layer_end(self, computing: float, duration: float) -> float:
+        """When a layer that starts computing at `computing` ends, as `ReplayedModel` runs it: its deadline
+        chains from the previous layer's, not from its start; a layer that sleeps toward its deadline
+        wakes a CPU wait late (less the busy-wait margin); one already behind its deadline runs on."""
+        self.clock += duration
+        if self.clock - computing > BENCH_SPIN_MARGIN_S:
+            return self.clock + max(0.0, self.wake_s - BENCH_SPIN_MARGIN_S)
+        return max(self.clock, computing)
 
     def forward(self, layer: int, now: float) -> None:
         if layer == len(self.layers):   # every pull of the last iteration landed: its pushes are done
             self.backward_done = False
+            self.clock = now
             self.backward(len(self.layers) - 1, now)
             return
         if layer in self.bits and layer not in self.ready:
             self.waiting_for = layer
+            if self.blocked_from is None:
+                self.blocked_from = now
             return
         self.ready.discard(layer)
-        self.sim.at(now + self.forward_s[layer], lambda t: self.forward(layer + 1, t))
+        if self.blocked_from is not None:    # woken: waits for a CPU; the wait pushes the schedule back
+            now += self.wake_s
+            self.clock += now - self.blocked_from
+            self.blocked_from = None
+        self.sim.at(self.layer_end(now, self.forward_s[layer]), lambda t: self.forward(layer + 1, t))
 
     def backward(self, layer: int, now: float) -> None:
         def end(t):
@@ -284,7 +357,7 @@ class _Job:
                 self.end_backward(t)
             else:
                 self.backward(layer - 1, t)
-        self.sim.at(now + self.backward_s[layer], end)
+        self.sim.at(self.layer_end(now, self.backward_s[layer]), end)
 
     def end_backward(self, now: float) -> None:
         self.steps.append(now - self.step_start)
@@ -319,15 +392,17 @@ class _Job:
         order += (self.arrivals,)
         if self.job.kind == "ps":
             ports = ("up",) + (("spine_up",) if sim.fabric.ps_cross and "spine_up" in sim.fabric.capacity else ())
-            sim.send(_Chunk(self.index, "push", layer, cls, order, self.bits[layer], ports, setting.workers,
-                            done=lambda t: self.push_done(layer, t)))
+            connections, server = self.ps_flow(layer)
+            sim.send(_Chunk(self.index, "push", layer, cls, order, self.bits[layer], ports, connections,
+                            done=lambda t: self.push_done(layer, t), flow=server))
         else:
             world = setting.workers
             ports = ("up", "down")
             if sim.fabric.ring_cross and "spine_up" in sim.fabric.capacity:
                 ports += ("spine_up", "spine_down")
             sim.send(_Chunk(self.index, "ring", layer, cls, order, self.bits[layer] * 2 * (world - 1) / world,
-                            ports, 1, done=lambda t: self.param_arrived(layer, t)))
+                            ports, 1, done=lambda t: self.param_arrived(layer, t),
+                            hold_s=self.collective_hold_s))
 
     def push_done(self, layer: int, now: float) -> None:
         if self.backward_done:            # the pull was asked for already: the server answers now
@@ -341,8 +416,17 @@ class _Job:
         self.arrivals += 1
         order = ((0,) if sim.policy == "vanilla" else (self.tensor_class[layer],)) + (self.arrivals,)
         ports = ("down",) + (("spine_down",) if sim.fabric.ps_cross and "spine_down" in sim.fabric.capacity else ())
-        sim.send(_Chunk(self.index, "pull", layer, cls, order, self.bits[layer], ports, sim.setting.workers,
-                        done=lambda t: self.param_arrived(layer, t)))
+        connections, server = self.ps_flow(layer)
+        sim.send(_Chunk(self.index, "pull", layer, cls, order, self.bits[layer], ports, connections,
+                        done=lambda t: self.param_arrived(layer, t), flow=server))
+
+    def ps_flow(self, layer: int) -> tuple[int, int]:
+        """(connections, server) a PS tensor moves on: whole, on server tensor % servers, where the policy
+        keeps tensors whole (vanilla); else sliced over every server's connection at once."""
+        servers = self.sim.setting.workers
+        if get_policy(TRANSPORT_POLICY[self.sim.policy]).spread_over_servers:
+            return servers, 0
+        return 1, self.tensor_of[layer] % servers
 
 
 class _Sim:
@@ -355,8 +439,10 @@ class _Sim:
         self.timers: list = []
         self.seq = 0
         self.streams: dict[tuple, _Stream] = {}
+        self.held_until: dict[int, float] = {}   # per job: its threads work on a held chunk until then
         self.running = set(range(len(setting.jobs)))
         self.waiting: set[int] = set()
+        self.settling = False
         self.jobs = [_Job(self, i, job, profile) for i, (job, profile)
                      in enumerate(zip(setting.jobs, job_profiles(setting)))]
         self.background_bits = 0.0
@@ -365,29 +451,32 @@ class _Sim:
         if setting.background:
             ports = ("down",) + (("spine_down",) if self.fabric.background_cross else ())
             self.background = _Chunk(-1, "background", -1, self.fabric.background_class(), (0,), math.inf,
-                                     ports, 1)
+                                     ports, 1, window=setting.background_window)
 
     def at(self, when: float, callback) -> None:
         self.seq += 1
         heapq.heappush(self.timers, (when, self.seq, callback))
 
     def send(self, chunk: _Chunk) -> None:
-        key = (chunk.job, chunk.kind, chunk.cls)
         self.seq += 1
-        heapq.heappush(self.streams.setdefault(key, _Stream()).queue, (chunk.order, self.seq, chunk))
+        heapq.heappush(self.streams.setdefault(chunk.stream, _Stream()).queue, (chunk.order, self.seq, chunk))
 
     def finished(self, index: int) -> None:
         self.running.discard(index)
 
     def warmed(self, index: int, now: float) -> None:
         self.waiting.add(index)
-        if len(self.waiting) == len(self.jobs):
-            self.measure_from = now
-            for job in self.jobs:
-                job.start_iteration(now)
+        self.settling = len(self.waiting) == len(self.jobs)
+
+    def settled(self) -> bool:
+        """Every job has done its warm-up and every transfer of it has landed: the bench starts the
+        background and waits for its connection between the two runs, so the measured iterations start
+        with every parameter in place."""
+        return self.settling and not self.timers and not any(s.queue for s in self.streams.values())
 
     def heads(self) -> list[_Chunk]:
-        heads = [s.head() for s in self.streams.values() if s.queue]
+        heads = [s.head() for s in self.streams.values()
+                 if s.queue and self.held_until.get(s.head().job, 0.0) <= self.now + 1e-12]
         if self.background is not None and self.running and (self.measure_from is not None
                                                              or not self.setting.segments):
             heads.append(self.background)
@@ -404,6 +493,11 @@ class _Sim:
         for job in self.jobs:
             job.start_iteration(0.0)
         while self.running:
+            if self.settled():
+                self.settling = False
+                self.measure_from = self.now
+                for job in self.jobs:
+                    job.start_iteration(self.now)
             heads = self.heads()
             rates = self.rates(heads)
             next_timer = self.timers[0][0] if self.timers else math.inf
@@ -415,9 +509,14 @@ class _Sim:
             self._advance(heads, rates, step)
             done = [c for c in heads if c.kind != "background" and c.bits <= EPSILON_BITS]
             for chunk in done:
-                heapq.heappop(self.streams[(chunk.job, chunk.kind, chunk.cls)].queue)
+                heapq.heappop(self.streams[chunk.stream].queue)
             for chunk in done:
-                chunk.done(self.now)
+                if chunk.hold_s > 0:      # the job's threads work on it, one chunk at a time
+                    until = max(self.now, self.held_until.get(chunk.job, 0.0)) + chunk.hold_s
+                    self.held_until[chunk.job] = until
+                    self.at(until, chunk.done)
+                else:
+                    chunk.done(self.now)
             while self.timers and self.timers[0][0] <= self.now + 1e-12:
                 _, _, callback = heapq.heappop(self.timers)
                 callback(self.now)
@@ -472,7 +571,8 @@ def setting_from_record(record: dict) -> JobsSetting:
                        rate_bps=parse_rate(s["rate"]), size_scale=s["size_scale"], compute_scale=s["time_scale"],
                        background=s["background"], background_percent=s["background_percent"],
                        iterations=s["iterations"], warmup=s["warmup"], segments=True,
-                       frame_bytes=EMULATED_FRAME_BYTES,
+                       frame_bytes=EMULATED_FRAME_BYTES, background_window=EMULATED_BACKGROUND_WINDOW,
+                       ring_step_s=EMULATED_RING_STEP_S,
                        compute_s=tuple(statistics.mean(c) for c in record["compute_s"]))
 
 
@@ -487,8 +587,8 @@ def measured_cpu_wait(record: dict, policy: str) -> tuple[float, ...] | None:
 
 def compare_record(record: dict, cpu_wait: bool = False) -> list[dict]:
     """Simulated beside measured, per policy and job: iteration time, utilisation, background share, and the
-    simulation's relative error on the iteration time and the aggregate utilisation. cpu_wait: each job's
-    compute stretched by the CPU wait the bench measured under that policy (records that have it)."""
+    simulation's relative error on the iteration time and the aggregate utilisation. cpu_wait: with the CPU
+    wait the bench measured for each job under that policy (records that have it; `JobsSetting.cpu_wait_s`)."""
     setting = setting_from_record(record)
     rows = []
     for policy, measured in record["summary"].items():
