@@ -12,38 +12,23 @@ import statistics
 import sys
 
 import geryon.bench.tenants as tenants
-
-captured = []
-_run_all = tenants._run_all
-
-
-def run_all(jobs, iterations):
-    steps = _run_all(jobs, iterations)
-    captured.append(steps)
-    return steps
+from tenants_steps import segments
 
 
 def main() -> None:
-    tenants._run_all = run_all
     models, background = tuple(sys.argv[1].split(",")), sys.argv[2] == "bg"
     settings = tenants.TenantSettings(models=models, workers=2, iterations=10, warmup=2, repetitions=1,
                                       background=background)
-    bench = tenants.TenantsBench(settings)
-    before = tenants.load_average()
-    bench.start()
-    try:
-        for policy in settings.policies:
-            row = bench.segment(policy)
-            for job, steps in zip(row["jobs"], captured[-1]):
-                job["blocked_mean_s"] = statistics.mean(s["blocked_s"] for worker in steps for s in worker)
-                job["slowest_blocked_s"] = statistics.median(max(worker[i]["blocked_s"] for worker in steps)
-                                                             for i in range(settings.iterations))
-                job.pop("classes")
-            print(json.dumps({"policy": policy, "background_share": row["background_share"], "jobs": row["jobs"]}),
-                  flush=True)
-    finally:
-        bench.stop()
-    print(json.dumps({"load_average": {"before": before, "after": tenants.load_average()}}))
+    loads: dict = {}
+    for policy, row, job_steps in segments(settings, loads):
+        for job, steps in zip(row["jobs"], job_steps):
+            job["blocked_mean_s"] = statistics.mean(s["blocked_s"] for worker in steps for s in worker)
+            job["slowest_blocked_s"] = statistics.median(max(worker[i]["blocked_s"] for worker in steps)
+                                                         for i in range(settings.iterations))
+            job.pop("classes")
+        print(json.dumps({"policy": policy, "background_share": row["background_share"], "jobs": row["jobs"]}),
+              flush=True)
+    print(json.dumps({"load_average": loads}))
 
 
 if __name__ == "__main__":
