@@ -72,6 +72,10 @@ class PeerAborted(TransportError):
         self.reason = reason or message
 
 
+class PeerClosed(TransportError):
+    """A send found the peer's end closed or reset (it exited, was killed, or gave up on the job)."""
+
+
 class AuthenticationError(TransportError):
     """A peer failed the handshake: wrong per-job secret, job id or protocol version."""
 

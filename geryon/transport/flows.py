@@ -48,7 +48,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from geryon.errors import AuthenticationError, PeerAborted, PeerTimeout, ProtocolError, TransportError
+from geryon.errors import AuthenticationError, PeerAborted, PeerClosed, PeerTimeout, ProtocolError, TransportError
 from geryon.transport.config import TransportConfig
 from geryon.transport.handshake import dial_handshake, listen_handshake
 from geryon.transport.socketio import FrameReader, use_kernel_timeouts, write_all
@@ -70,6 +70,7 @@ MAX_PENDING_PER_SOURCE = 8      # handshakes at once from one address: one host 
 HANDSHAKE_TIMEOUT_S = 10.0      # the whole handshake (not each read), capped by the config's timeout
 SLOT_WAIT_S = 1.0               # how long a dialer for a busy slot waits for the old connection to end
 _ACCEPT_RETRY_S = 0.1           # after accept() failed for lack of descriptors or buffers
+PEER_LAST_WORDS_S = 0.5         # a send that found the peer gone waits this long for what it said last
 _DIAL_BACKOFF_S = (0.05, 1.0)   # first and longest pause between handshake attempts
 _POLL = 0.2
 
@@ -219,6 +220,7 @@ class Flow:
         self.bytes_sent = 0
         self._readable: select.poll | None = None     # set by start() for a plain blocking socket
         self._poll_ms = max(1, int(pool.config.timeout * 1000))   # how often that wait looks at `closing`
+        self._receiving_done = threading.Event()
         self._threads = [threading.Thread(target=self._send_loop, name=f"gy-send-{name}", daemon=True),
                          threading.Thread(target=self._recv_loop, name=f"gy-recv-{name}", daemon=True)]
 
@@ -308,6 +310,10 @@ class Flow:
                 if item.on_sent is not None:
                     item.on_sent()
         except Exception as exc:  # noqa: BLE001 -- any failure ends this flow, reported to waiters
+            if isinstance(exc, PeerClosed):
+                # what the peer said before it closed (an ABORT naming the rank that failed) is still
+                # readable: the receiving thread reports it, if it comes, rather than this broken pipe
+                self._receiving_done.wait(PEER_LAST_WORDS_S)
             self._fail(exc)
 
     def _recv_loop(self) -> None:
@@ -341,6 +347,8 @@ class Flow:
                 handler.delivered(self, header)
         except Exception as exc:  # noqa: BLE001
             self._fail(exc)
+        finally:
+            self._receiving_done.set()
 
     def _wait_header_start(self, view: memoryview) -> int:
         """Wait, without a deadline (an idle peer is fine), for a header to start; 0 when closing.
@@ -378,6 +386,7 @@ class Flow:
         if not isinstance(exc, TransportError):
             exc = TransportError(f"flow to {self.name} failed: {exc!r}")
         log.warning("closing connection to %s: %s", self.name, exc)
+        self.pool.record_failure(self, exc)   # first: a sender that finds this flow closed learns why
         self.close()
         self.pool.flow_failed(self, exc)
 
@@ -416,6 +425,10 @@ class FlowPool:
         self._reserved: set[tuple[int, int]] = set()   # slots of dialers being told ACCEPT
         self.listener = None
         self._accept_thread: threading.Thread | None = None
+        if isinstance(handler, PoolOwner):
+            # a peer's first frame may reach the owner's callbacks (on the accept and receive threads)
+            # before this constructor has returned and the owner has assigned its pool
+            handler.pool = self
         if listen is not None:
             family = socket.AF_INET6 if ":" in listen[0] else socket.AF_INET
             self.listener = socket.socket(family, socket.SOCK_STREAM)
@@ -674,11 +687,15 @@ class FlowPool:
                                       f"from {names}: a peer died, stalled or the network is cut")
                 self.cond.wait(_POLL)
 
-    def flow_failed(self, flow: Flow, exc: TransportError) -> None:
+    def record_failure(self, flow: Flow, exc: TransportError) -> None:
+        """Remember why the peer of `flow` failed (the first reason is kept) and wake the waiters."""
         with self.cond:
             if self.flows.get((flow.peer_id, flow.index)) is flow and self.is_peer_flow(flow):
                 self.failures.setdefault(flow.peer_id, exc)
             self.cond.notify_all()
+
+    def flow_failed(self, flow: Flow, exc: TransportError) -> None:
+        self.record_failure(flow, exc)
         failed = getattr(self.handler, "flow_failed", None)
         if failed is not None:
             failed(flow, exc)

@@ -26,7 +26,7 @@ import socket
 import struct
 import time
 
-from geryon.errors import PeerTimeout, ProtocolError, TransportError
+from geryon.errors import PeerClosed, PeerTimeout, ProtocolError, TransportError
 from geryon.transport.wire import (CONTINUATION_SIZE, CONTINUATION_TAG, CONTROL_KINDS, HEADER_SIZE,
                                    MAX_CONTROL_PAYLOAD, Header, decode_continuation, decode_header)
 
@@ -214,6 +214,8 @@ def write_all(sock: socket.socket, buffers: list, peer: str) -> None:
         except (socket.timeout, BlockingIOError):
             raise PeerTimeout(f"{peer} accepted no data for {timeout_of(sock):g} s; "
                               "it stalled or the network is cut") from None
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise PeerClosed(f"sending to {peer} failed: {exc}") from None
         except OSError as exc:
             raise TransportError(f"sending to {peer} failed: {exc}") from None
         while sent:
