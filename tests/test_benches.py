@@ -22,7 +22,7 @@ def _bench(*argv: str, timeout: float = 300) -> list[dict]:
 
 def test_bench_transport_baseline_shares_the_dscp_and_congestion_control():
     records = _bench("transport", "--bw", "100mbit", "--size-mb", "1", "--iters", "1", "--policies",
-                     "geryon,vanilla", "--congestion", "cubic")
+                     "geryon,vanilla", "--congestion", "cubic", "--iperf-seconds", "1")
     baselines = [r for r in records if r["system"] == "iperf3"]
     assert sorted(r["dscp"] for r in baselines) == [0, 46]   # geryon's class 0 flow, vanilla's one flow
     systems = [r for r in records if r["system"] in ("ps", "allreduce")]
@@ -111,7 +111,7 @@ def test_bench_allreduce_runs_both_systems_at_the_asked_mtu():
 
 def test_bench_transport_ps_grid_times_only_the_iterations_after_its_warmup():
     records = _bench("transport", "--ps", "2x2", "--size-mb", "1", "--iters", "1", "--warmup", "1",
-                     "--congestion", "reno", "--ack-priority", "top")
+                     "--congestion", "reno", "--ack-priority", "top", "--iperf-seconds", "1")
     grid = [r for r in records if r["system"] == "ps-2x2"]
     assert len(grid) == 1 and grid[0]["warmup"] == 1 and grid[0]["mtu"] == 1500 and len(grid[0]["all_seconds"]) == 1
     assert grid[0]["ack_priority"] == "top" and len(grid[0]["timeouts_per_host"]) == 2

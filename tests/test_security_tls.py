@@ -276,7 +276,7 @@ def test_bench_transport_reports_the_cost_of_tls():
     from launch_support import REPO, clean_env
 
     result = subprocess.run([sys.executable, "-m", "geryon", "bench", "transport", "--bw", "100mbit", "--size-mb",
-                             "1", "--iters", "1", "--tls", "--json"], cwd=REPO, env=clean_env(),
+                             "1", "--iters", "1", "--tls", "--iperf-seconds", "1", "--json"], cwd=REPO, env=clean_env(),
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     records = {r["system"]: r for r in map(json.loads, result.stdout.splitlines()) if "system" in r}

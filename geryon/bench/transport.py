@@ -67,7 +67,7 @@ from __future__ import annotations
 
 from geryon.bench.emulated import BASE_PORT, role_argv, run_roles
 from geryon.bench.transport_allreduce import bench_allreduce
-from geryon.bench.transport_measure import bench_cluster, print_row, role_flags
+from geryon.bench.transport_measure import IPERF3_SECONDS, bench_cluster, print_row, role_flags
 from geryon.bench.transport_ps import bench_transport
 from geryon.emulate.cluster import add_ack_priority_argument
 from geryon.emulate.fabric import DEFAULT_MTU
@@ -149,6 +149,8 @@ def add_benches(bench) -> None:
                         help="NxN PS: untimed iterations before the timed ones (the roles' start-up skew), "
                         "as bench allreduce runs one untimed collective per size")
     parser.add_argument("--policies", default="geryon")
+    parser.add_argument("--iperf-seconds", type=int, default=IPERF3_SECONDS, metavar="S",
+                        help=f"how long each iperf3 baseline runs (default {IPERF3_SECONDS})")
     parser.add_argument("--tls", action="store_true",
                         help="also run the 1x1 PS and the ring over TLS (rows ps-tls, allreduce-tls: ratio_vs_plain)")
     parser.add_argument("--ps", default="1x1", help="PS grids WxS, comma-separated: 1x1 (server on h1, worker "

@@ -57,7 +57,10 @@ def role_flags(args) -> list[str]:
     return extra
 
 
-def iperf3_goodput(cluster, seconds: int = 5, bidir: bool = False, congestion: str | None = None,
+IPERF3_SECONDS = 5   # an iperf3 baseline's run (`geryon bench transport --iperf-seconds`)
+
+
+def iperf3_goodput(cluster, seconds: int = IPERF3_SECONDS, bidir: bool = False, congestion: str | None = None,
                    dscp: int = 0) -> float:
     """iperf3 goodput h1 -> h2 in bit/s, packets marked `dscp`; with `bidir`, the mean of both directions."""
     server = cluster.popen("h2", ["iperf3", "-s", "-1", "-p", "5399"], stdout=subprocess.DEVNULL,

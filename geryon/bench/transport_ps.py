@@ -71,7 +71,7 @@ def _bench_ps_grid(args, workers: int, servers: int, size: int) -> None:
     with bench_cluster(hosts, args) as cluster:
         congestion = args.congestion or cluster.congestion_control("h1")
         dscp = class0_dscp(args.policies.split(",")[0])
-        baseline = _iperf3_pairs(cluster, hosts, 5, args.congestion, dscp)
+        baseline = _iperf3_pairs(cluster, hosts, args.iperf_seconds, args.congestion, dscp)
         print_row(args, {"bench": "transport", "system": "iperf3-bidir-sum", "hosts": hosts, "bw": args.bw,
                       "dscp": dscp, "congestion": congestion, "goodput_bps": baseline["goodput_bps"],
                       "cpu_s_per_gb": per_gb(baseline["cpu_seconds"], baseline["wire_bytes"])})
@@ -163,12 +163,13 @@ def _bench_two_hosts(args, size: int) -> None:
         for policy in args.policies.split(","):
             dscp = class0_dscp(policy)
             if dscp not in baselines:
-                baseline = iperf3_goodput(cluster, congestion=args.congestion, dscp=dscp)
+                baseline = iperf3_goodput(cluster, args.iperf_seconds, congestion=args.congestion, dscp=dscp)
                 print_row(args, {"bench": "transport", "system": "iperf3", "bw": args.bw, "dscp": dscp,
                               "congestion": congestion, "goodput_bps": baseline})
                 # PS push/pull and the 2-rank ring load both directions at once, and so does this baseline:
                 # each direction's ACKs queue behind the other's data (BBR loses 5-12% at 100 Mbit/s)
-                both_ways = iperf3_goodput(cluster, bidir=True, congestion=args.congestion, dscp=dscp)
+                both_ways = iperf3_goodput(cluster, args.iperf_seconds, bidir=True, congestion=args.congestion,
+                                           dscp=dscp)
                 print_row(args, {"bench": "transport", "system": "iperf3-bidir", "bw": args.bw, "dscp": dscp,
                               "congestion": congestion, "goodput_bps": both_ways})
                 baselines[dscp] = (baseline, both_ways)
