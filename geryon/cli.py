@@ -24,17 +24,25 @@ COMMAND_MODULES = (
     "geryon.analyze.cli",
     "geryon.cluster.cli",
 )
+# The module that contributes each top-level command: a command line naming one imports only that
+# module (the benches and the demo import torch, a second or more that `geryon emulate` need not pay).
+COMMAND_HOMES = {
+    "emulate": "geryon.emulate.cli", "netconf": "geryon.netconf.cli", "categorize": "geryon.categorize.cli",
+    "report": "geryon.categorize.cli", "bench": "geryon.bench.cli", "demo": "geryon.demo",
+    "sim": "geryon.sim.cli", "analyze": "geryon.analyze.cli", "cluster": "geryon.cluster.cli",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the full parser from every module that contributes commands."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Build the parser from every module that contributes commands, or, for a known `command`, from
+    the one module that contributes it."""
     parser = argparse.ArgumentParser(prog="geryon", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     bench_parser = commands.add_parser("bench", help="benchmarks that print ratios against a baseline")
     bench = bench_parser.add_subparsers(dest="bench", metavar="BENCH")
     bench_parser.set_defaults(func=lambda args: _usage(bench_parser))
-    for name in COMMAND_MODULES:
+    for name in (COMMAND_HOMES[command],) if command in COMMAND_HOMES else COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -52,7 +60,8 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     exit_without_collecting()   # demo and benches import torch: their exit need not collect its objects
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(next((word for word in argv if not word.startswith("-")), None))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s: %(message)s")

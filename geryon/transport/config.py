@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from geryon.errors import ConfigError
 from geryon.transport.policy import PLACEMENTS, Policy, get_policy
-from geryon.transport.tls import TlsCredentials
-from geryon.transport.trace import TransferEvent
+
+if TYPE_CHECKING:   # the settings alone, without the frame format's torch: CLIs read their defaults
+    from geryon.transport.tls import TlsCredentials
+    from geryon.transport.trace import TransferEvent
 
 DEFAULT_DSCP = (46, 0)
 # TCP's retransmission backoff cap (TCP_RTO_MAX_MS) for geryon's flows and for the job's gloo connections
@@ -89,6 +91,7 @@ class TransportConfig:
             raise ConfigError("the transport needs a per-job secret: pass secret=... (the same value on "
                               "every rank; under geryon.launch every rank is given the job's)")
         if isinstance(self.tls, str):
+            from geryon.transport.tls import TlsCredentials
             object.__setattr__(self, "tls", TlsCredentials(self.tls))
         object.__setattr__(self, "class_dscp", tuple(int(d) for d in self.class_dscp))
         if not 1 <= len(self.class_dscp) <= 8 or any(not 0 <= d <= 63 for d in self.class_dscp):
