@@ -13,6 +13,7 @@ import sys
 
 from geryon.errors import GeryonError
 from geryon.quickexit import exit_without_collecting
+from geryon.signals import sigterm_as_interrupt
 
 COMMAND_MODULES = (
     "geryon.emulate.cli",
@@ -68,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         return _usage(parser)
     try:
-        return int(args.func(args) or 0)
+        with sigterm_as_interrupt():   # `kill` tears down what the command built, as Ctrl-C does
+            return int(args.func(args) or 0)
     except GeryonError as exc:
         print(f"geryon: error: {exc}", file=sys.stderr)
         return 1

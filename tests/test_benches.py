@@ -2,6 +2,7 @@
 fairness fields hold (same congestion control everywhere, the baseline's DSCP, bulk traffic seen)."""
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -128,3 +129,26 @@ def test_bench_pull_runs_both_modes_on_a_real_script_with_the_same_loss():
                       "--bw", "1gbit")
     assert record["same_loss"] and set(record["median_s"]) == {"end", "ahead"}
     assert record["speedup_ahead"] > 0 and all(len(times) == 1 for times in record["iteration_s"].values())
+
+
+def test_a_bench_killed_with_sigterm_removes_its_cluster():
+    """`kill` runs the cleanup Ctrl-C runs: the bench's emulated cluster does not outlive it."""
+    bench = subprocess.Popen([sys.executable, "-m", "geryon", "bench", "transport", "--size-mb", "1", "--iters",
+                              "1", "--iperf-seconds", "5", "--json"], cwd=REPO, env=clean_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in bench.stderr:
+            if " up: " in line and "cluster " in line:
+                name = line.split("cluster ", 1)[1].split()[0]
+                break
+        else:
+            pytest.fail("the bench never brought its cluster up")
+        bench.send_signal(signal.SIGTERM)          # during the iperf3 baseline
+        assert bench.wait(timeout=60) == 130
+        assert "geryon: interrupted" in bench.stderr.read()
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+        assert not [ns for ns in listed.split() if ns.startswith(f"gy{name}-")]
+    finally:
+        bench.kill()
+        bench.wait()
+        bench.stderr.close()
