@@ -15,16 +15,6 @@ from geryon.errors import GeryonError
 from geryon.quickexit import exit_without_collecting
 from geryon.signals import sigterm_as_interrupt
 
-COMMAND_MODULES = (
-    "geryon.emulate.cli",
-    "geryon.netconf.cli",
-    "geryon.categorize.cli",
-    "geryon.bench.cli",
-    "geryon.demo",
-    "geryon.sim.cli",
-    "geryon.analyze.cli",
-    "geryon.cluster.cli",
-)
 # The module that contributes each top-level command: a command line naming one imports only that
 # module (the benches and the demo import torch, a second or more that `geryon emulate` need not pay).
 COMMAND_HOMES = {
@@ -32,6 +22,7 @@ COMMAND_HOMES = {
     "report": "geryon.categorize.cli", "bench": "geryon.bench.cli", "demo": "geryon.demo",
     "sim": "geryon.sim.cli", "analyze": "geryon.analyze.cli", "cluster": "geryon.cluster.cli",
 }
+COMMAND_MODULES = tuple(dict.fromkeys(COMMAND_HOMES.values()))   # every contributing module, in this order
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

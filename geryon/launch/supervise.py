@@ -54,12 +54,18 @@ class PopenRank:
         return self.process.poll()
 
     def signal(self, signum: int) -> None:
-        # The process group outlives its leader while members remain, so this also reaches
-        # grandchildren of a rank that already exited; the kernel does not reuse a live PGID.
-        try:
-            os.killpg(self.process.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(self.process.pid, signum)
+
+
+def signal_group(leader: int, signum: int) -> None:
+    """`signum` to the process group of `leader`, a rank started in its own session: the rank and every
+    process it started. The group outlives its leader while members remain, so this also reaches
+    grandchildren of a rank that already exited (the kernel does not reuse a live PGID); no error if
+    they are all gone."""
+    try:
+        os.killpg(leader, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 @dataclass

@@ -50,10 +50,10 @@ from contextlib import contextmanager
 from geryon import envvars
 from geryon.errors import LaunchError
 from geryon.launch.orphans import exit_with_launcher
+from geryon.launch.supervise import signal_group
 
 MESSAGE_MAX = 1 << 20          # one request: the environment and argv of a rank
 REPLY_MAX = 4096               # one answer: a pid or an exit code
-REAP_INTERVAL_S = 0.05
 PR_SET_NAME = 15
 SERVER_ROLE = "geryon.runtime.server"   # a program to the launcher (rank_argv), run by name as `-m` would
 # Imported once, in the launcher, for every rank: torch; torch._dynamo, which torch.optim's optimizers
@@ -84,14 +84,12 @@ class TemplateRank:
         return self._template.exit_order(self.pid)
 
     def signal(self, signum: int) -> None:
-        try:
-            os.killpg(self.pid, signum)   # its own session: the group is the rank and what it started
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(self.pid, signum)
 
 
 class RankTemplate:
-    """The launcher's side: fork the template now; `spawn` ranks from it; `close` ends it."""
+    """The launcher's side: fork the template now, then `spawn` ranks from it; the template ends when
+    the launcher closes its socket or exits (its ranks, if any are left, then get SIGKILL)."""
 
     def __init__(self):
         preload()
@@ -114,8 +112,7 @@ class RankTemplate:
         self.pid = pid
         self._sock = ours
         self._lock = threading.Lock()
-        self._exits: dict[int, int] = {}
-        self._exit_order: dict[int, int] = {}
+        self._exits: dict[int, int] = {}   # pid -> exit code, in the order the ranks ended
         self.gone = False         # the template exited: its ranks were killed with it
 
     def spawn(self, spec, argv: list[str], env: dict[str, str], netns: str | None = None) -> TemplateRank:
@@ -146,16 +143,8 @@ class RankTemplate:
 
     def exit_order(self, pid: int) -> int:
         with self._lock:
-            return self._exit_order.get(pid, len(self._exit_order))
-
-    def close(self) -> None:
-        """End the template now (its ranks, if any are left, get SIGKILL from the kernel) and reap it;
-        without it the template ends when the launcher does."""
-        self._sock.close()
-        try:
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
+            ended = list(self._exits)
+            return ended.index(pid) if pid in self._exits else len(ended)
 
     def _receive_until(self, done) -> dict:
         while True:
@@ -177,7 +166,6 @@ class RankTemplate:
         message = json.loads(data)
         if "exit" in message:
             self._exits[message["exit"]] = message["code"]
-            self._exit_order[message["exit"]] = len(self._exit_order)
         return message
 
 
@@ -225,9 +213,8 @@ def _serve(sock: socket.socket, warning_filters: list) -> int:
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ)
     selector.register(wake_r, selectors.EVENT_READ)
-    children: set[int] = set()
     while True:
-        for key, _ in selector.select(REAP_INTERVAL_S):
+        for key, _ in selector.select():
             if key.fd == wake_r:
                 _drain(wake_r)
                 continue
@@ -251,13 +238,20 @@ def _serve(sock: socket.socket, warning_filters: list) -> int:
                 os._exit(_run_rank(request, fds, warning_filters, template_pid))
             for fd in fds:
                 os.close(fd)
-            children.add(pid)
             sock.send(json.dumps({"pid": pid}).encode())
-        for pid in list(children):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                children.discard(pid)
-                sock.send(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+        _report_exits(sock)
+
+
+def _report_exits(sock: socket.socket) -> None:
+    """Reap every rank that has ended and tell the launcher its exit code."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:   # no rank left
+            return
+        if pid == 0:
+            return
+        sock.send(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
 
 
 def _drain(fd: int) -> None:
