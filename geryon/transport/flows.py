@@ -688,17 +688,20 @@ class FlowPool:
                 self.cond.wait(_POLL)
 
     def record_failure(self, flow: Flow, exc: TransportError) -> None:
-        """Remember why the peer of `flow` failed (the first reason is kept) and wake the waiters."""
+        """Remember why the peer of `flow` failed (the first reason is kept); `flow_failed` wakes the waiters."""
         with self.cond:
             if self.flows.get((flow.peer_id, flow.index)) is flow and self.is_peer_flow(flow):
                 self.failures.setdefault(flow.peer_id, exc)
-            self.cond.notify_all()
 
     def flow_failed(self, flow: Flow, exc: TransportError) -> None:
         self.record_failure(flow, exc)
         failed = getattr(self.handler, "flow_failed", None)
-        if failed is not None:
-            failed(flow, exc)
+        try:
+            if failed is not None:   # the owner tells the other peers (ABORT) before a waiter wakes on
+                failed(flow, exc)    # the failure and closes the pool, which would send nothing more
+        finally:
+            with self.cond:
+                self.cond.notify_all()
 
     def peer_left(self, flow: Flow) -> None:
         with self.cond:
