@@ -58,3 +58,32 @@ def sigterm_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Hold off SIGINT and SIGTERM while cleaning up, so a second Ctrl-C or `kill` cannot leave things
+    half-removed; one that arrived meanwhile raises KeyboardInterrupt when the block ends.
+
+    As in `sigterm_as_interrupt`, a process forked inside the block (pyroute2's namespace helpers) that
+    gets one of these signals exits at once instead of deferring it. A no-op outside the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    installer = os.getpid()
+    received: list[int] = []
+
+    def _defer(signum, _frame):
+        if os.getpid() != installer:
+            os._exit(128 + signum)
+        received.append(signum)
+
+    previous = {signum: signal.signal(signum, _defer) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received:
+        raise KeyboardInterrupt

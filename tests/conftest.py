@@ -133,8 +133,14 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture
 def unique_name():
-    """A short unique run name (≤ 6 chars) so parallel tests never share namespaces."""
-    return "t" + uuid.uuid4().hex[:5]
+    """A short unique run name (≤ 6 chars) so parallel tests never share namespaces; a cluster of that
+    name that a failing test left behind is removed after it."""
+    name = "t" + uuid.uuid4().hex[:5]
+    yield name
+    left = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+    if os.geteuid() == 0 and any(ns.startswith(f"gy{name}-") for ns in left):
+        from geryon.emulate import clean
+        clean(name=name)
 
 
 @pytest.fixture

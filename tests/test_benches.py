@@ -2,6 +2,7 @@
 fairness fields hold (same congestion control everywhere, the baseline's DSCP, bulk traffic seen)."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import sys
 import pytest
 
 from geryon.bench.diff import diff_rows
+from geryon.emulate import fabric, state
 from launch_support import REPO, clean_env
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -138,16 +140,17 @@ def test_a_bench_killed_with_sigterm_removes_its_cluster():
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         for line in bench.stderr:
-            if " up: " in line and "cluster " in line:
-                name = line.split("cluster ", 1)[1].split()[0]
+            if up := re.search(r"cluster (\w+) up: ", line):
+                name = up.group(1)
                 break
         else:
             pytest.fail("the bench never brought its cluster up")
+        assert state.record_exists(name) and fabric.list_netns(f"gy{name}-")
         bench.send_signal(signal.SIGTERM)          # during the iperf3 baseline
         assert bench.wait(timeout=60) == 130
         assert "geryon: interrupted" in bench.stderr.read()
-        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
-        assert not [ns for ns in listed.split() if ns.startswith(f"gy{name}-")]
+        assert not fabric.list_netns(f"gy{name}-")
+        assert not state.record_exists(name)
     finally:
         bench.kill()
         bench.wait()

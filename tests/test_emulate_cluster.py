@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import sys
 
 import pytest
@@ -123,6 +124,38 @@ def test_failed_build_removes_partial_state(unique_name, monkeypatch):
     monkeypatch.setattr(EmulatedCluster, "_install_queues", broken_queues)
     with pytest.raises(RuntimeError, match="tc exploded"):
         EmulatedCluster(unique_name, hosts=3).up()
+    assert not fabric.list_netns(f"gy{unique_name}-")
+    assert not state.record_exists(unique_name)
+
+
+def test_an_interrupt_while_building_leaves_nothing_behind(unique_name, monkeypatch):
+    """Ctrl-C (or the SIGTERM a geryon command takes as one) in the last step of the build: the build
+    ends whole, the interrupt is raised as `with` would start, and the cluster is removed all the same."""
+    write_record = state.write_record
+
+    def interrupted_write(name, record):
+        os.kill(os.getpid(), signal.SIGINT)
+        write_record(name, record)
+
+    monkeypatch.setattr(state, "write_record", interrupted_write)
+    with pytest.raises(KeyboardInterrupt):
+        with EmulatedCluster(unique_name, hosts=2):
+            pytest.fail("the block ran although the build was interrupted")
+    assert not fabric.list_netns(f"gy{unique_name}-")
+    assert not state.record_exists(unique_name)
+
+
+def test_an_interrupt_while_removing_is_taken_after_the_removal(unique_name, monkeypatch):
+    remove_namespaces = fabric.remove_namespaces
+
+    def interrupted_removal(names):
+        os.kill(os.getpid(), signal.SIGINT)
+        remove_namespaces(names)
+
+    cluster = EmulatedCluster(unique_name, hosts=2).up()
+    monkeypatch.setattr(fabric, "remove_namespaces", interrupted_removal)
+    with pytest.raises(KeyboardInterrupt):
+        cluster.down()
     assert not fabric.list_netns(f"gy{unique_name}-")
     assert not state.record_exists(unique_name)
 

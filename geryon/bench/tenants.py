@@ -151,7 +151,8 @@ class TenantsBench:
     def start(self) -> None:
         s = self.s
         self.cluster = EmulatedCluster("n" + uuid.uuid4().hex[:5], hosts=s.hosts, bw=s.rate,
-                                       ack_priority="off", offload=s.offload).up()
+                                       ack_priority="off", offload=s.offload)
+        self.cluster.up()   # held before it is built: stop() removes it even when up() is interrupted
         for index, (model, kind) in enumerate(map(job_kind, s.models)):
             spec = JobSpec(model=model, workers=s.workers, layout="separate", time_scale=s.time_scale,
                            size_scale=s.size_scale)

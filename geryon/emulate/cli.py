@@ -93,15 +93,15 @@ def cmd_up(args) -> int:
                               tcp_congestion=args.tcp_congestion, uplink_fraction=args.uplink_fraction,
                               offload=not args.no_offload, mtu=args.mtu,
                               ack_priority=args.ack_priority)
-    cluster.up()
-    description = cluster.describe()
-    if getattr(args, "sshd", False):
-        from geryon.emulate.sshd import start_cluster_sshd
-        try:
+    try:   # the cluster stays up only when the whole command succeeded (not on Ctrl-C while building)
+        cluster.up()
+        description = cluster.describe()
+        if getattr(args, "sshd", False):
+            from geryon.emulate.sshd import start_cluster_sshd
             description["inventory"] = str(start_cluster_sshd(cluster))
-        except BaseException:
-            cluster.down()
-            raise
+    except BaseException:
+        cluster.down()
+        raise
     print(json.dumps(description, indent=2))
     return 0
 

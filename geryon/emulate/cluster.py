@@ -23,6 +23,7 @@ from geryon.errors import ConfigError, EmulationError, NameInUse, require_root
 from geryon.netconf import (PriorityClass, install_priority_queues, install_shaping, parse_classes)
 from geryon.netconf.plan import ACK_MODES, parse_ack_priority
 from geryon.rates import format_rate, parse_rate
+from geryon.signals import interrupts_deferred
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +108,20 @@ class EmulatedCluster:
     # life cycle -------------------------------------------------------------------------------
 
     def up(self) -> "EmulatedCluster":
-        """Build the cluster; on any failure remove whatever was built and re-raise."""
+        """Build the cluster; on any failure remove whatever was built and re-raise.
+
+        A Ctrl-C or SIGTERM while building is taken once the build is whole (or undone): up() then raises
+        KeyboardInterrupt with the cluster built, and `down()` (a `finally`, or `with`, which does it for
+        you) removes it."""
         require_root("building an emulated cluster (network namespaces and tc)")
         if self._up:
             return self
+        with interrupts_deferred():
+            self._build()
+        log.info("cluster %s up: %d hosts in %.2f s", self.name, len(self.hosts), self.timings["up_s"])
+        return self
+
+    def _build(self) -> None:
         if not state.claim_record(self.name):
             raise NameInUse(f"an emulated cluster named {self.name!r} already exists; pick another name "
                             f"or remove it with `geryon emulate down {self.name}`")
@@ -133,8 +144,6 @@ class EmulatedCluster:
         except BaseException:
             self._remove()
             raise
-        log.info("cluster %s up: %d hosts in %.2f s", self.name, len(self.hosts), self.timings["up_s"])
-        return self
 
     def _install_queues(self) -> None:
         """Shape every egress (both ends of every link), with priority classes unless priority is off."""
@@ -181,7 +190,8 @@ class EmulatedCluster:
             return
         require_root("removing an emulated cluster (network namespaces and tc)")
         started = time.monotonic()
-        self._remove()
+        with interrupts_deferred():   # a second Ctrl-C or SIGTERM cannot leave it half-removed
+            self._remove()
         self.timings["down_s"] = time.monotonic() - started
 
     def _remove(self) -> None:
@@ -192,7 +202,11 @@ class EmulatedCluster:
         self._owned = False
 
     def __enter__(self) -> "EmulatedCluster":
-        return self.up()
+        try:
+            return self.up()
+        except BaseException:   # interrupted as the build ended: `with` never gets to call __exit__
+            self.down()
+            raise
 
     def __exit__(self, *exc) -> None:
         self.down()

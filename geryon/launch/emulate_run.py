@@ -14,7 +14,7 @@ from geryon.launch.environment import job_environment, merged_environment, rank_
 from geryon.launch.orphans import exit_with_launcher
 from geryon.launch.placement import RankSpec, place_one_per_host
 from geryon.launch.rendezvous import hosted_store
-from geryon.launch.supervise import JobResult, PopenRank, RankProcess, interrupts_deferred, supervise
+from geryon.launch.supervise import JobResult, PopenRank, RankProcess, supervise
 from geryon.launch.template import rank_template
 
 # c10d warns on every connection that 10.199.x.y has no DNS name; in our namespaces none ever has.
@@ -58,5 +58,4 @@ def _run_in_cluster(config: LaunchConfig, template, specs: list[RankSpec], out, 
 
             return supervise(specs, start, config.grace, config.timeout, out, err)
     finally:
-        with interrupts_deferred():
-            cluster.down()
+        cluster.down()

@@ -24,8 +24,9 @@ from geryon.launch.hostfile import HostSpec
 from geryon.launch.orphans import SSH_RANK_REDIRECTS, SSH_WATCHER
 from geryon.launch.placement import RankSpec, place_by_hostfile
 from geryon.launch.rendezvous import hosted_store
-from geryon.launch.supervise import JobResult, interrupts_deferred, supervise
+from geryon.launch.supervise import JobResult, supervise
 from geryon.netconf.remote import open_client
+from geryon.signals import interrupts_deferred
 from geryon.transport.tls import load_credentials
 
 CONNECT_TIMEOUT_S = 15.0

@@ -14,11 +14,11 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Protocol
 
 from geryon.errors import LaunchError
+from geryon.signals import interrupts_deferred
 from geryon.launch.placement import RankSpec
 
 POLL_INTERVAL_S = 0.05
@@ -192,21 +192,3 @@ def _wait_all(ranks: list[RankProcess], seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while any(r.poll() is None for r in ranks) and time.monotonic() < deadline:
         time.sleep(POLL_INTERVAL_S)
-
-
-@contextmanager
-def interrupts_deferred():
-    """Hold off SIGINT/SIGTERM while cleaning up, so a second Ctrl-C cannot leave things half-removed."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, frame: received.append(signum))
-                for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    if received:
-        raise KeyboardInterrupt
