@@ -414,7 +414,7 @@ class FlowPool:
         self.accept_peers = accept_peers          # None: any authenticated id; else a set of ids
         self.peer_flow = peer_flow                # whose end is the peer's end (None: any flow's)
         self.flows: dict[tuple[int, int], Flow] = {}
-        self.failures: dict[int, TransportError] = {}
+        self.failures: dict[int, TransportError] = {}   # in the order the peers failed
         self.left: set[int] = set()
         self._aborts: list[tuple[Flow, threading.Event]] = []   # ABORT frames sent, and when out
         self.addresses: dict[int, str] = {}
@@ -675,10 +675,11 @@ class FlowPool:
             while True:
                 if predicate():
                     return
-                for peer in peers:
-                    if peer in self.failures:
-                        failure = self.failures[peer]
-                        raise type(failure)(f"while waiting for {what}: {failure}")
+                # the first peer to fail, not the first in `peers`: the others may only have closed on
+                # hearing of it before this thread woke
+                failure = next((f for peer, f in self.failures.items() if peer in peers), None)
+                if failure is not None:
+                    raise type(failure)(f"while waiting for {what}: {failure}")
                 if self.closed:
                     raise TransportError(f"transport closed while waiting for {what}")
                 if time.monotonic() - progress() > timeout:
