@@ -5,13 +5,22 @@ checked by the jobs' drains)."""
 import pytest
 
 from geryon.bench.tenants import (TenantSettings, job_kind, job_names, run_tenants_bench, summarize,
-                                  utilisation)
+                                  utilisation, wake_wait)
 from geryon.errors import ConfigError
 
 
 def test_utilisation_is_compute_over_wall_summed_over_workers():
     steps = [[{"seconds": 0.5}, {"seconds": 0.5}], [{"seconds": 1.0}, {"seconds": 1.0}]]
     assert utilisation([0.25, 0.5], steps) == {"compute_s": 1.5, "wall_s": 3.0, "utilisation": 0.5}
+
+
+def test_a_wake_ups_cpu_wait_is_the_wait_over_the_times_scheduled_in_pooled_over_steps():
+    steps = [[{"run_wait_s": 0.010, "run_schedulings": 40, "run_wait_all_s": 0.030, "run_schedulings_all": 100}],
+             [{"run_wait_s": 0.002, "run_schedulings": 10, "run_wait_all_s": 0.010, "run_schedulings_all": 100},
+              {"run_wait_s": 0.5}]]   # a step without counts (no schedstat) adds nothing
+    assert wake_wait(steps) == pytest.approx(0.012 / 50)
+    assert wake_wait(steps, "_all") == pytest.approx(0.040 / 200)
+    assert wake_wait([[{"run_wait_s": 0.5}]]) is None
 
 
 def test_summary_takes_the_median_over_repetitions():
@@ -56,6 +65,10 @@ def test_allreduce_and_ps_jobs_and_background_share_one_fabric():
         assert row["aggregate_utilisation"] == pytest.approx(compute / wall)
         assert all(0 < j["utilisation"] < 1 and j["median_iteration_s"] > 0 for j in row["jobs"])
         assert 0 < row["background_share"] < 1  # the background flow moved bytes through the shared port
+        for job in row["jobs"]:   # the replay thread sleeps once per layer at least (107 in ResNet-50)
+            assert job["wakeups"] >= 107
+            assert job["wake_wait_s"] * job["wakeups"] == pytest.approx(job["cpu_wait_s"])
+            assert job["wake_wait_all_s"] >= 0
     assert fabric["background_floor"] == 0.1 and vanilla["background_floor"] is None
     assert record["weights"][0] == pytest.approx(record["weights"][1])  # the same model: the same intensity
     # every segment's drain checked that each ring rank applied every iteration's average exactly once

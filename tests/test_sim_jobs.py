@@ -14,8 +14,9 @@ from geryon.errors import ConfigError
 from geryon.netconf.tenants import BACKGROUND, BULK, URGENT
 from geryon.categorize.profiles import resolve_profile
 from geryon.categorize.replay import BENCH_SPIN_MARGIN_S
-from geryon.sim.jobs import (EMULATED_BACKGROUND_WINDOW, EMULATED_RING_STEP_S, POLICIES, JobMix, JobsSetting, _Chunk,
-                             _Fabric, _Sim, compare_record, run_jobs, setting_from_record, simulate_jobs)
+from geryon.sim.jobs import (EMULATED_BACKGROUND_WINDOW, EMULATED_RING_STEP_S, POLICIES, RING_STEP_WAKEUPS, JobMix,
+                             JobsSetting, _Chunk, _Fabric, _Sim, compare_record, run_jobs, setting_from_record,
+                             simulate_jobs)
 
 PS_AND_RING = (JobMix("vgg19", "ps"), JobMix("resnet50", "allreduce"))
 
@@ -90,6 +91,30 @@ def test_a_measured_cpu_wait_makes_every_ring_step_wait_as_long_as_a_replay_wake
     with_step = simulate_jobs(replace(setting, cpu_wait_s=None, ring_step_s=wake), "vanilla")["jobs"][0]
     # the same ring holds; the wait also delays the replay's wake-ups, each within one wait
     assert with_step["median_iteration_s"] < with_wait < with_step["median_iteration_s"] + 3 * wake
+
+
+def test_a_measured_wait_per_wake_up_delays_each_ring_step_by_its_two_threads_wake_ups():
+    """Counted wake-ups: a ring step wakes its receiving and its sending thread, each waiting the measured
+    wait of one wake-up; it holds the job as a step cost of twice that would."""
+    wait = 1e-3
+    setting = JobsSetting(jobs=(JobMix("resnet50", "allreduce"),), workers=2, rate_bps=400e9, size_scale=1e-6,
+                          background=False, wake_wait_s=(0.0,), step_wait_s=(wait,), iterations=4)
+    waited = simulate_jobs(setting, "vanilla")["jobs"][0]
+    stepped = simulate_jobs(replace(setting, wake_wait_s=None, step_wait_s=None,
+                                    ring_step_s=RING_STEP_WAKEUPS * wait), "vanilla")["jobs"][0]
+    assert waited["median_iteration_s"] == pytest.approx(stepped["median_iteration_s"], rel=1e-9)
+
+
+def test_a_measured_wait_per_wake_up_is_what_each_replay_wake_up_waits():
+    """The same replay wake-ups as a per-iteration wait spread over VGG-19's 2 x 19 of them."""
+    per_wake_up = 5e-3
+    setting = JobsSetting(jobs=(JobMix("vgg19", "ps"),), rate_bps=400e9, size_scale=0.001, background=False,
+                          wake_wait_s=(per_wake_up,), step_wait_s=(0.0,), iterations=4)
+    counted = simulate_jobs(setting, "vanilla")["jobs"][0]["median_iteration_s"]
+    spread = simulate_jobs(replace(setting, wake_wait_s=None, step_wait_s=None, cpu_wait_s=(per_wake_up * 2 * 19,)),
+                           "vanilla")["jobs"][0]["median_iteration_s"]
+    assert counted == pytest.approx(spread, rel=1e-9)
+    assert counted > simulate_jobs(replace(setting, wake_wait_s=(0.0,)), "vanilla")["jobs"][0]["median_iteration_s"]
 
 
 def test_a_job_alone_on_a_fast_fabric_is_compute_bound():
@@ -174,30 +199,68 @@ def test_a_segments_measured_iterations_start_once_the_warm_ups_transfers_have_l
         assert min(rest) > 1.2 * job.compute_s
 
 
+def tenants_record(setting: JobsSetting, models, policies=("endhost", "fabric"), waits=None) -> dict:
+    """A `bench tenants` record whose every repetition is the simulation of `setting` (with `waits`: one
+    repetition per entry, each with those JobsSetting CPU-wait fields and their per-job record fields)."""
+    rows = []
+    for policy in policies:
+        for fields in waits or [{}]:
+            r = simulate_jobs(replace(setting, **{k: v for k, v in fields.items() if k != "record"}), policy)
+            rows.append({"policy": policy, "aggregate_utilisation": r["aggregate_utilisation"],
+                         "background_share": r["background_share"],
+                         "jobs": [{"job": j["job"], "median_iteration_s": j["median_iteration_s"],
+                                   "utilisation": j["utilisation"], **per_job}
+                                  for j, per_job in zip(r["jobs"], fields.get("record", [{}] * 2))]})
+    return {"settings": {"models": list(models), "workers": 2, "rate": "200mbit", "size_scale": 0.01,
+                         "time_scale": 1.0, "background": True, "background_percent": 10, "iterations": 10,
+                         "warmup": 2},
+            "compute_s": [[0.15, 0.15], [0.1, 0.1]], "rows": rows,
+            "load_average": {"before": 1.0, "after": 1.0}, "cpus": 2}
+
+
+RECORDED = JobsSetting(jobs=tuple(JobMix.parse(m) for m in ("vgg19", "resnet50:allreduce")), workers=2,
+                       rate_bps=200e6, size_scale=0.01, frame_bytes=14, compute_s=(0.15, 0.1), warmup=2,
+                       segments=True, background_window=EMULATED_BACKGROUND_WINDOW,
+                       ring_step_s=EMULATED_RING_STEP_S)
+
+
 def test_a_record_compares_with_its_own_simulation(tmp_path, capsys):
     models = ("vgg19", "resnet50:allreduce")
-    setting = JobsSetting(jobs=tuple(JobMix.parse(m) for m in models), workers=2, rate_bps=200e6,
-                          size_scale=0.01, frame_bytes=14, compute_s=(0.15, 0.1), warmup=2, segments=True,
-                          background_window=EMULATED_BACKGROUND_WINDOW, ring_step_s=EMULATED_RING_STEP_S)
-    summary = {}
-    for policy in ("endhost", "fabric"):
-        r = simulate_jobs(setting, policy)
-        summary[policy] = {"aggregate_utilisation": r["aggregate_utilisation"],
-                           "background_share": r["background_share"],
-                           "jobs": {j["job"]: {"median_iteration_s": j["median_iteration_s"],
-                                               "utilisation": j["utilisation"]} for j in r["jobs"]}}
-    record = {"settings": {"models": list(models), "workers": 2, "rate": "200mbit", "size_scale": 0.01,
-                           "time_scale": 1.0, "background": True, "background_percent": 10, "iterations": 10,
-                           "warmup": 2},
-              "compute_s": [[0.15, 0.15], [0.1, 0.1]], "summary": summary,
-              "load_average": {"before": 1.0, "after": 1.0}, "cpus": 2}
-    assert setting_from_record(record) == setting
+    record = tenants_record(RECORDED, models)
+    assert setting_from_record(record) == RECORDED
     rows = compare_record(record)
     assert [r["job"] for r in rows] == ["vgg19-ps-0", "resnet50-allreduce-1", "aggregate"] * 2
     assert all(r.get("iteration_error", 0) == pytest.approx(0, abs=1e-9) for r in rows)
     assert all(r.get("utilisation_error", 0) == pytest.approx(0, abs=1e-9) for r in rows)
     path = tmp_path / "record.json"
     path.write_text(json.dumps(record))
-    args = argparse.Namespace(jobs="", compare=str(path), json=False, cpu_wait=False)   # sim --jobs --compare
+    args = argparse.Namespace(jobs="", compare=[str(path)], json=False, cpu_wait=False)   # sim --jobs --compare
     assert run_jobs(args) == 0
     assert "largest error: iteration time 0.0%" in capsys.readouterr().out
+
+
+def test_each_repetition_is_simulated_with_its_own_cpu_waits_and_records_pool_their_repetitions():
+    """Three repetitions, each measured with other CPU waits: simulated each with its own, every cell is the
+    median over them on both sides, so a record of its own simulations compares exactly; two records of
+    the same bench pool their repetitions, and a record of another bench is refused."""
+    models = ("vgg19", "resnet50:allreduce")
+    waits = [{"wake_wait_s": (w, w / 2), "step_wait_s": (w, w),
+              "record": [{"wake_wait_s": w, "wake_wait_all_s": w}, {"wake_wait_s": w / 2, "wake_wait_all_s": w}]}
+             for w in (1e-4, 2e-3, 6e-3)]
+    record = tenants_record(RECORDED, models, policies=("fabric",), waits=waits)
+    rows = compare_record(record, cpu_wait=True)
+    assert all(r.get("iteration_error", 0) == pytest.approx(0, abs=1e-9) for r in rows)
+    assert {r["repetitions"] for r in rows} == {3}
+    # without the waits every repetition simulates alike: the cells compare the wait-free model with the median
+    free = compare_record(record)
+    assert free[0]["sim_iteration_s"] < free[0]["emu_iteration_s"]
+    # pooled: six repetitions whose medians are those of the union
+    slower = tenants_record(replace(RECORDED, compute_s=(0.3, 0.1)), models, policies=("fabric",))
+    slower["compute_s"] = [[0.3, 0.3], [0.1, 0.1]]
+    pooled = compare_record([record, slower], cpu_wait=False)
+    vgg = sorted([r["jobs"][0]["median_iteration_s"] for r in record["rows"] + slower["rows"]])
+    assert pooled[0]["repetitions"] == 4 and pooled[0]["emu_iteration_s"] == pytest.approx((vgg[1] + vgg[2]) / 2)
+    other = tenants_record(RECORDED, models, policies=("fabric",))
+    other["settings"]["rate"] = "100mbit"
+    with pytest.raises(ConfigError, match="different benches"):
+        compare_record([record, other])

@@ -98,6 +98,8 @@ def test_compare_puts_the_model_beside_measured_allreduce_rows(tmp_path, capsys)
     assert main(["sim", "--mode", "allreduce", "--compare", str(path)]) == 0
     out = capsys.readouterr().out
     assert "| vgg19 | 10gbe | geryon+overlap |" in out and "1 rows compared, 1 skipped" in out
+    assert main(["sim", "--mode", "allreduce", "--compare", str(path), str(path)]) == 1   # one paper file
+    assert "only with --jobs" in capsys.readouterr().err
 
 
 def test_sim_mode_allreduce_prints_each_policy_with_and_without_overlap(capsys):

@@ -7,6 +7,8 @@ update exactly once (each drain compares the applied-update count on every rank 
 
 import json
 
+import time
+
 import pytest
 import torch
 
@@ -44,7 +46,12 @@ def test_contention_summary_reads_the_slowest_workers_wait():
     assert summary["run_wait_share"] == pytest.approx((0.25 + 0.1) / 2)
     assert contention_summary([[0.3]], [[None]]) == {}       # no schedstat on this kernel
     waited = run_queue_wait_s()
-    assert waited is None or 0 <= waited[0] <= waited[1]
+    time.sleep(0.01)   # one wake-up at least
+    after = run_queue_wait_s()
+    assert waited is None or 0 <= waited.main_s <= waited.all_s
+    assert after is None or after.main_schedulings > waited.main_schedulings
+    assert after is None or (after.all_schedulings - waited.all_schedulings
+                             >= after.main_schedulings - waited.main_schedulings)
 
 
 @pytest.mark.root

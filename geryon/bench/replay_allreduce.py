@@ -44,7 +44,8 @@ from geryon.quickexit import exit_without_collecting
 from geryon.bench.paper_job import START_TIMEOUT_S, JobSpec, drain_check, run_steps
 from geryon.bench.replay_roles import (GIL_SWITCH_INTERVAL_S, LEARNING_RATE, _check_overrides, _config, _priorities,
                                        _replayed_model, applied_updates, build_parser, compute_only, compute_priority,
-                                       params_digest, run_queue_wait_s, serve_commands)
+                                       params_digest, run_queue_fields, run_queue_wait_s,
+                                       serve_commands)
 from geryon.bench.threshold import RoleProcess, gather_replies
 from geryon.childproc import child_env, module_argv
 from geryon.errors import ConfigError, GeryonError, TransportError
@@ -103,11 +104,7 @@ class ReplayedRingWorker:
         waited = run_queue_wait_s()
         with compute_priority(self.args.compute_rt):
             seconds = self.model.step()
-        record = {"seconds": seconds, "blocked_s": self.blocked_s}
-        now = run_queue_wait_s()
-        if waited is not None and now is not None:
-            record["run_wait_s"] = now[0] - waited[0]
-        return record
+        return {"seconds": seconds, "blocked_s": self.blocked_s, **run_queue_fields(waited, run_queue_wait_s())}
 
     def run(self, iterations: int) -> dict:
         return {"steps": [self.step() for _ in range(int(iterations))]}

@@ -19,7 +19,8 @@ server answers a shard as soon as its update is made). Commands:
              blocked on pulls, and `run_wait_s` / `run_wait_all_s`: how long the replay thread /
              all of this process's threads (summed) were runnable but not running (waiting for a
              CPU, /proc schedstat) during the step -- the CPU contention an emulated cluster on a
-             few shared cores adds to an iteration
+             few shared cores adds to an iteration -- and `run_schedulings` / `run_schedulings_all`:
+             how many times they were put on a CPU (once per wake-up)
     drain    wait for the pulled parameters, leave the servers; answers the parameter digest and
              `applied` (see below)
     exit
@@ -54,6 +55,7 @@ import signal
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 import torch
 
@@ -100,11 +102,21 @@ TRANSPORT_OVERRIDES = ("policy", "slice_bytes", "congestion", "notsent_lowat", "
                        "within_class", "priority", "dscp")  # dscp: "46,0", the classes' marks (--dscp)
 
 
-def run_queue_wait_s() -> tuple[float, float] | None:
-    """(main thread, all threads) seconds spent runnable but waiting for a CPU so far (Linux
-    schedstat: the second field of /proc/self/task/*/schedstat); None where it is not available."""
+class RunQueueWait(NamedTuple):
+    """This process's time runnable but waiting for a CPU so far (Linux schedstat), and how often its
+    threads were put on a CPU: each time a thread wakes (a sleep ends, a wait is notified) it is
+    scheduled in once, so wait / schedulings is what one wake-up waits for a CPU."""
+    main_s: float          # the main (replay) thread
+    all_s: float           # every thread, summed
+    main_schedulings: int
+    all_schedulings: int
+
+
+def run_queue_wait_s() -> RunQueueWait | None:
+    """This process's run-queue wait so far (/proc/self/task/*/schedstat: the second field, seconds
+    waited; the third, times scheduled in); None where it is not available."""
     main = str(os.getpid())
-    total = mine = 0
+    total = mine = total_count = my_count = 0
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
@@ -112,13 +124,25 @@ def run_queue_wait_s() -> tuple[float, float] | None:
     for tid in tasks:
         try:
             with open(f"/proc/self/task/{tid}/schedstat") as handle:
-                waited = int(handle.read().split()[1])
-        except (OSError, IndexError, ValueError):
+                _, waited, count = (int(field) for field in handle.read().split()[:3])
+        except (OSError, ValueError):
             continue   # a thread that ended meanwhile
         total += waited
+        total_count += count
         if tid == main:
-            mine = waited
-    return mine * 1e-9, total * 1e-9
+            mine, my_count = waited, count
+    return RunQueueWait(mine * 1e-9, total * 1e-9, my_count, total_count)
+
+
+def run_queue_fields(before: RunQueueWait | None, after: RunQueueWait | None) -> dict:
+    """A step's record fields from the run-queue wait before and after it (none where schedstat is
+    missing): `run_wait_s` / `run_wait_all_s` the replay thread's / every thread's wait, and
+    `run_schedulings` / `run_schedulings_all` how many times they were scheduled in meanwhile."""
+    if before is None or after is None:
+        return {}
+    return {"run_wait_s": after.main_s - before.main_s, "run_wait_all_s": after.all_s - before.all_s,
+            "run_schedulings": after.main_schedulings - before.main_schedulings,
+            "run_schedulings_all": after.all_schedulings - before.all_schedulings}
 
 
 @contextlib.contextmanager
@@ -271,12 +295,8 @@ class ReplayedWorker:
         with compute_priority(self.args.compute_rt):
             seconds = self.model.step()
         self.iteration_done()
-        record = {"seconds": seconds, "blocked_s": self.blocked_s, "start": started}
-        now = run_queue_wait_s()
-        if waited is not None and now is not None:
-            record["run_wait_s"] = now[0] - waited[0]          # the replay (main) thread
-            record["run_wait_all_s"] = now[1] - waited[1]      # every thread, summed
-        return record
+        return {"seconds": seconds, "blocked_s": self.blocked_s, "start": started,
+                **run_queue_fields(waited, run_queue_wait_s())}
 
     def iteration_done(self) -> None:
         """Backward has ended: ask for the next parameters (unless the first push did)."""

@@ -132,6 +132,20 @@ def cpu_wait(steps: list[list[dict]]) -> float | None:
     return statistics.mean(waits) if waits else None
 
 
+def wake_wait(steps: list[list[dict]], threads: str = "") -> float | None:
+    """Seconds one wake-up of a job's replay thread (`threads` "_all": any of its threads) waited for a
+    CPU: the run-queue wait over the times scheduled in, pooled over workers and iterations (None where
+    the steps do not count schedulings)."""
+    counted = [step for worker in steps for step in worker if f"run_schedulings{threads}" in step]
+    schedulings = sum(step[f"run_schedulings{threads}"] for step in counted)
+    return sum(step[f"run_wait{threads}_s"] for step in counted) / schedulings if schedulings else None
+
+
+def _mean_schedulings(steps: list[list[dict]]) -> float | None:
+    counts = [step["run_schedulings"] for worker in steps for step in worker if "run_schedulings" in step]
+    return statistics.mean(counts) if counts else None
+
+
 class TenantsBench:
     """One emulated cluster, the jobs' role processes started once, segments per policy."""
 
@@ -201,6 +215,8 @@ class TenantsBench:
             slowest = [max(worker[i]["seconds"] for worker in job_steps) for i in range(s.iterations)]
             jobs.append({"job": name, "median_iteration_s": statistics.median(slowest),
                          **utilisation(compute, job_steps), "cpu_wait_s": cpu_wait(job_steps),
+                         "wake_wait_s": wake_wait(job_steps), "wake_wait_all_s": wake_wait(job_steps, "_all"),
+                         "wakeups": _mean_schedulings(job_steps),
                          "classes": tenant_class_spec(tenants, name) if fabric else "unmarked"})
         compute = sum(j["compute_s"] for j in jobs)
         wall = sum(j["wall_s"] for j in jobs)

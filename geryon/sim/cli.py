@@ -11,7 +11,8 @@
     geryon sim --curve                         the slides' potential speedup vs bandwidth (VGG-19)
     geryon sim --jobs vgg19,resnet50:allreduce [--workers N] [--bw GBIT] [--oversubscription R]
                [--hosts-per-leaf H] [--size-scale S] [--out DIR]     job mixes on one fabric (sim.jobs)
-    geryon sim --jobs --compare TENANTS.json   simulated vs a `geryon bench tenants --json` record
+    geryon sim --jobs --compare TENANTS.json [MORE.json ...] [--cpu-wait]
+                                               simulated vs `geryon bench tenants --json` records
 
 Without --compute-scale the ONE compute-time scale is calibrated first (VGG-19, vanilla, 10GbE,
 8 colocated workers -> the paper's 26.9%) and printed; every other cell is predicted with it.
@@ -69,8 +70,9 @@ def add_commands(commands, bench) -> None:
                         help="when a worker asks for the next parameters: after its last push (end, "
                              "default, as bench paper) or with its first (ahead); --compare "
                              "takes each file's own")
-    parser.add_argument("--compare", metavar="JSON", help="validate against bench paper rows (with --jobs: "
-                                                          "against a `geryon bench tenants --json` record)")
+    parser.add_argument("--compare", metavar="JSON", nargs="+",
+                        help="validate against bench paper rows (with --jobs: against `geryon bench tenants "
+                             "--json` records, one or several of the same bench, their repetitions pooled)")
     parser.add_argument("--jobs", nargs="?", const="", metavar="MODEL[:ps|:allreduce],...",
                         help="job mixes on one fabric (geryon.sim.jobs): these jobs, --workers each on shared "
                              "hosts, and a background flow, under vanilla, endhost, fabric, fabric+weights")
@@ -79,8 +81,9 @@ def add_commands(commands, bench) -> None:
                         help="--jobs: the background class's guaranteed share (default 10)")
     parser.add_argument("--no-background", action="store_true", help="--jobs: no background flow")
     parser.add_argument("--cpu-wait", action="store_true",
-                        help="--jobs --compare: the CPU wait the bench measured per job and policy, spread over "
-                             "the replay's wake-ups and every ring step")
+                        help="--jobs --compare: each repetition with the CPU waits it measured per job: per "
+                             "wake-up of the replay thread and of a ring step's threads (records from before "
+                             "wake-ups were counted: the wait per iteration, spread over the replay's wake-ups)")
     parser.add_argument("--curve", action="store_true", help="potential speedup vs bandwidth (VGG-19)")
     parser.add_argument("--slice-table", action="store_true",
                         help="the paper's slicing table: VGG-19 10GbE, geryon vs endhost, 1024K/512K/256K")
@@ -247,7 +250,9 @@ def _ring(args, models, policies) -> int:
 def _compare(args, base: SimSetting) -> int:
     from geryon.sim.compare import compare, load_rows, summary
 
-    rows = load_rows(args.compare)
+    if len(args.compare) > 1:
+        raise ConfigError("--compare takes one bench paper file (several records: only with --jobs)")
+    rows = load_rows(args.compare[0])
     if args.mode == "allreduce":
         from geryon.sim.ring import compare_ring, comparison_table
 

@@ -49,12 +49,13 @@ bench computes it). A flow on several ports moves at the least of its ports' sha
 cost, the fabric's own behaviour without this machine's TCP and CPU.
 
 A job computes as `ReplayedModel` replays it: each layer's deadline chains from the previous one's, a
-blocked wait for a parameter pushes the chain back. With `cpu_wait_s` (a bench record's measure of the
-replay thread's CPU wait per iteration), every wake-up of that thread and every ring step waits its
-share of it for a CPU; a late wake-up costs the iteration only where the next layers' deadlines cannot
-absorb it.
+blocked wait for a parameter pushes the chain back. With a bench record's CPU waits, every wake-up of
+the replay thread waits what one of its wake-ups waited for a CPU there (`wake_wait_s`), and every ring
+step two wake-ups of the rank's threads (`step_wait_s`; a record that did not count wake-ups gives only
+the wait per iteration, `cpu_wait_s`, spread over the replay's modelled wake-ups); a late wake-up costs
+the iteration only where the next layers' deadlines cannot absorb it.
 
-What it leaves out: CPU contention beyond `cpu_wait_s` (the emulation's 2 shared cores), TCP's own
+What it leaves out: CPU contention beyond the measured waits (the emulation's 2 shared cores), TCP's own
 dynamics beyond the background's window (slow start, queueing delay), latency, jitter (the bench's
 iteration is the slowest worker's, the simulated one a representative worker's) and stragglers.
 `compare_record` puts it beside a `geryon bench tenants` record, job by job.
@@ -93,6 +94,7 @@ EMULATED_BACKGROUND_WINDOW = 2.7
 # (`geryon bench allreduce --loopback --workers 2 --sizes 40 --repeat 200`); ResNet-50's 107 collectives
 # queued back to back take 135-165 us each.
 EMULATED_RING_STEP_S = 110e-6
+RING_STEP_WAKEUPS = 2    # threads a ring step's slice wakes in turn: the receiving one, then the sending one
 KINDS = ("ps", "allreduce")
 THRESHOLD = 0.5          # the replayed jobs' default class split (JobSpec.threshold)
 BATCH = 32
@@ -135,6 +137,8 @@ class JobsSetting:
     #                          iterations started together, a job done idles, background on from the measured
     #                          start (else: steady state)
     cpu_wait_s: tuple[float, ...] | None = None  # per job, seconds per iteration its replay waited for a CPU
+    wake_wait_s: tuple[float, ...] | None = None  # per job, seconds one wake-up of its replay thread waited
+    step_wait_s: tuple[float, ...] | None = None  # per job, seconds one wake-up of any of its threads waited
     background_window: float = 1.0    # the background's bytes in flight over a job connection's, in one class
     #                                   (EMULATED_BACKGROUND_WINDOW for an emulated port; 1: per connection)
     ring_step_s: float = 0.0          # CPU per ring step and collective (EMULATED_RING_STEP_S when emulated)
@@ -175,6 +179,20 @@ def with_weights(setting: JobsSetting) -> JobsSetting:
         compute = _job_compute_s(setting, index, profile)
         weights.append(compute / max(profile.param_bytes * setting.size_scale, 1.0))
     return replace(setting, jobs=tuple(replace(j, weight=w) for j, w in zip(setting.jobs, weights)))
+
+
+def cpu_waits(setting: JobsSetting, index: int, layers: int) -> tuple[float, float]:
+    """(one wake-up of job `index`'s replay thread, one step of its ring collectives): seconds each waits
+    for a CPU. Measured per wake-up (`wake_wait_s`, `step_wait_s`): a step's slice wakes two of the rank's
+    threads in turn (the receiving one, which adds it, then the sending one, which forwards it). A record
+    with only the wait per iteration (`cpu_wait_s`) spreads it over the replay's 2 x layers wake-ups, and a
+    step waits as long as one of them."""
+    if setting.wake_wait_s is not None and setting.step_wait_s is not None:
+        return setting.wake_wait_s[index], RING_STEP_WAKEUPS * setting.step_wait_s[index]
+    if setting.cpu_wait_s is not None:
+        spread = setting.cpu_wait_s[index] / (2 * layers)
+        return spread, spread
+    return 0.0, 0.0
 
 
 def _job_compute_s(setting: JobsSetting, index: int, profile: LayerProfile) -> float:
@@ -292,10 +310,11 @@ class _Job:
             scale = setting.compute_s[index] / ((profile.forward_ns + profile.backward_ns) * 1e-9)
         self.compute_s = (profile.forward_ns + profile.backward_ns) * 1e-9 * scale   # the GPU's, utilisation's
         # A shared CPU: every wake-up of the replay's thread (it sleeps once per layer and direction, and
-        # wakes when a blocked wait ends) waits this long for a CPU, and so does every ring step's thread.
-        self.wake_s = 0.0 if setting.cpu_wait_s is None else setting.cpu_wait_s[index] / (2 * len(self.layers))
+        # wakes when a blocked wait ends) waits `wake_s` for a CPU, and every step of a ring collective
+        # `step_wait_s`.
+        self.wake_s, step_wait_s = cpu_waits(setting, index, len(self.layers))
         # a collective's 2(W-1) steps, each a slice its rank's threads receive, add and forward
-        self.collective_hold_s = 2 * (setting.workers - 1) * (setting.ring_step_s + self.wake_s)
+        self.collective_hold_s = 2 * (setting.workers - 1) * (setting.ring_step_s + step_wait_s)
         self.clock = 0.0                 # the replay's deadline chain (geryon.categorize.replay)
         self.blocked_from: float | None = None
         self.forward_s = [layer.forward_ns * 1e-9 * scale for layer in self.layers]
@@ -576,37 +595,65 @@ def setting_from_record(record: dict) -> JobsSetting:
                        compute_s=tuple(statistics.mean(c) for c in record["compute_s"]))
 
 
-def measured_cpu_wait(record: dict, policy: str) -> tuple[float, ...] | None:
-    """Per job, the median over the policy's repetitions of its measured CPU wait per iteration."""
-    rows = [r for r in record["rows"] if r["policy"] == policy]
-    waits = [[j.get("cpu_wait_s") for j in r["jobs"]] for r in rows]
-    if not waits or any(w is None for per_row in waits for w in per_row):
-        return None
-    return tuple(statistics.median(column) for column in zip(*waits))
+def repetition_cpu_waits(row: dict) -> dict:
+    """The JobsSetting fields for the CPU waits one repetition of a bench record measured: per wake-up
+    where it counted the wake-ups (`wake_wait_s`, `wake_wait_all_s`), else per iteration (`cpu_wait_s`)."""
+    jobs = row["jobs"]
+    if all(j.get("wake_wait_s") is not None and j.get("wake_wait_all_s") is not None for j in jobs):
+        return {"wake_wait_s": tuple(j["wake_wait_s"] for j in jobs),
+                "step_wait_s": tuple(j["wake_wait_all_s"] for j in jobs)}
+    if all(j.get("cpu_wait_s") is not None for j in jobs):
+        return {"cpu_wait_s": tuple(j["cpu_wait_s"] for j in jobs)}
+    raise ConfigError("this record has no per-job CPU wait (cpu_wait_s): compare without --cpu-wait")
 
 
-def compare_record(record: dict, cpu_wait: bool = False) -> list[dict]:
+def check_same_bench(records: list[dict]) -> None:
+    """Several records compare together only when they ran the same bench (jobs, workers, rate, scales,
+    iterations); each keeps its own measured compute."""
+    settings = [replace(setting_from_record(r), compute_s=None) for r in records]
+    if any(other != settings[0] for other in settings[1:]):
+        raise ConfigError("records of different benches (jobs, workers, rate, scales or iterations differ): "
+                          "compare them one at a time")
+
+
+def compare_record(record: dict | list[dict], cpu_wait: bool = False) -> list[dict]:
     """Simulated beside measured, per policy and job: iteration time, utilisation, background share, and the
-    simulation's relative error on the iteration time and the aggregate utilisation. cpu_wait: with the CPU
-    wait the bench measured for each job under that policy (records that have it; `JobsSetting.cpu_wait_s`)."""
-    setting = setting_from_record(record)
+    simulation's relative error on the iteration time and the aggregate utilisation.
+
+    Every repetition of every record is simulated (with `cpu_wait`: with the CPU waits that repetition
+    measured, `repetition_cpu_waits`), and each cell compares the median over the repetitions, simulated
+    against measured. Several records of the same bench pool their repetitions: on 2 shared cores one
+    record's three leave a cell's median uncertain by more than 10% (the ring job's most of all)."""
+    records = record if isinstance(record, list) else [record]
+    check_same_bench(records)
+    simulated: dict[str, list[dict]] = {}
+    measured: dict[str, list[dict]] = {}
+    for one in records:
+        setting = setting_from_record(one)
+        for row in one["rows"]:
+            waits = repetition_cpu_waits(row) if cpu_wait else {}
+            simulated.setdefault(row["policy"], []).append(simulate_jobs(replace(setting, **waits), row["policy"]))
+            measured.setdefault(row["policy"], []).append(row)
     rows = []
-    for policy, measured in record["summary"].items():
-        waits = measured_cpu_wait(record, policy) if cpu_wait else None
-        if cpu_wait and waits is None:
-            raise ConfigError("this record has no per-job cpu_wait_s: run --compare without --cpu-wait")
-        simulated = simulate_jobs(replace(setting, cpu_wait_s=waits), policy)
-        for sim_job, (name, emu_job) in zip(simulated["jobs"], measured["jobs"].items()):
-            rows.append({"policy": policy, "job": name, "sim_iteration_s": sim_job["median_iteration_s"],
-                         "emu_iteration_s": emu_job["median_iteration_s"],
-                         "iteration_error": sim_job["median_iteration_s"] / emu_job["median_iteration_s"] - 1,
-                         "sim_utilisation": sim_job["utilisation"], "emu_utilisation": emu_job["utilisation"]})
-        rows.append({"policy": policy, "job": "aggregate",
-                     "sim_utilisation": simulated["aggregate_utilisation"],
-                     "emu_utilisation": measured["aggregate_utilisation"],
-                     "utilisation_error": simulated["aggregate_utilisation"] / measured["aggregate_utilisation"] - 1,
-                     "sim_background_share": simulated["background_share"],
-                     "emu_background_share": measured["background_share"]})
+    for policy, runs in measured.items():
+        sims = simulated[policy]
+        for index, job in enumerate(runs[0]["jobs"]):
+            sim_s = statistics.median(s["jobs"][index]["median_iteration_s"] for s in sims)
+            emu_s = statistics.median(r["jobs"][index]["median_iteration_s"] for r in runs)
+            rows.append({"policy": policy, "job": job["job"], "sim_iteration_s": sim_s, "emu_iteration_s": emu_s,
+                         "iteration_error": sim_s / emu_s - 1,
+                         "sim_utilisation": statistics.median(s["jobs"][index]["utilisation"] for s in sims),
+                         "emu_utilisation": statistics.median(r["jobs"][index]["utilisation"] for r in runs),
+                         "repetitions": len(runs)})
+        sim_u = statistics.median(s["aggregate_utilisation"] for s in sims)
+        emu_u = statistics.median(r["aggregate_utilisation"] for r in runs)
+        shares = [r["background_share"] for r in runs if r.get("background_share") is not None]
+        sim_shares = [s["background_share"] for s in sims if s["background_share"] is not None]
+        rows.append({"policy": policy, "job": "aggregate", "sim_utilisation": sim_u, "emu_utilisation": emu_u,
+                     "utilisation_error": sim_u / emu_u - 1,
+                     "sim_background_share": statistics.median(sim_shares) if sim_shares else None,
+                     "emu_background_share": statistics.median(shares) if shares else None,
+                     "repetitions": len(runs)})
     return rows
 
 
@@ -677,19 +724,24 @@ def run_jobs(args) -> int:
     import json
 
     if args.compare:
-        with open(args.compare) as handle:
-            record = json.load(handle)
-        if "summary" not in record or "compute_s" not in record:
-            raise ConfigError(f"{args.compare} is not a `geryon bench tenants --json` record")
-        rows = compare_record(record, cpu_wait=args.cpu_wait)
+        records = []
+        for path in args.compare:
+            with open(path) as handle:
+                record = json.load(handle)
+            if "rows" not in record or "compute_s" not in record:
+                raise ConfigError(f"{path} is not a `geryon bench tenants --json` record")
+            records.append(record)
+        rows = compare_record(records, cpu_wait=args.cpu_wait)
         if args.json:
             print(json.dumps(rows, indent=1))
             return 0
         print(compare_table(rows))
         errors = [abs(r["iteration_error"]) for r in rows if "iteration_error" in r]
         utilisation = [abs(r["utilisation_error"]) for r in rows if "utilisation_error" in r]
+        loads = ", ".join(f"{r['load_average']['before']:.1f}" for r in records)
         print(f"largest error: iteration time {max(errors):.1%}, aggregate utilisation {max(utilisation):.1%} "
-              f"(load average when measured: {record['load_average']['before']:.1f} on {record['cpus']} cores)")
+              f"({rows[0]['repetitions']} repetitions per policy from {len(records)} record(s); load average "
+              f"when measured: {loads} on {records[0]['cpus']} cores)")
         return 0
     if not args.jobs:
         raise ConfigError("--jobs needs a mix (e.g. --jobs vgg19,resnet50:allreduce) unless --compare gives a record")
