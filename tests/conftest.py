@@ -61,12 +61,14 @@ CONCURRENT_MODULES = frozenset("""
 """.split())
 
 
-# The concurrent modules that take longest (seconds of test time in a full run on 2 cores; an order, not
-# a promise): xdist deals modules to workers in the order of the items (--dist loadfile).
+# The concurrent modules that take longest (seconds of their concurrent tests' time in a full run on 2
+# cores, docs/results/test-suite_x86-2core_2026-12-04.md; an order, not a promise): xdist deals modules
+# to workers in the order of the items (--dist loadfile).
 LONGEST_MODULES = {
-    "test_ps_optimizers_launch": 140, "test_benches": 85, "test_faults_emulated": 83, "test_ddp_compat": 79,
-    "test_security_tls": 69, "test_launch_ssh": 35, "test_engines_emulated": 33, "test_train_resnet": 32,
-    "test_launch_search": 32, "test_launch_recover": 25, "test_launch_transport": 22, "test_bench_paper": 21,
+    "test_ps_optimizers_launch": 95, "test_faults_emulated": 89, "test_benches": 67, "test_ddp_compat": 48,
+    "test_security_tls": 43, "test_engines_emulated": 37, "test_launch_ssh": 36, "test_train_resnet": 31,
+    "test_launch_transport": 26, "test_bench_paper": 26, "test_launch_search": 23, "test_soak_emulated": 21,
+    "test_launch_recover": 17, "test_launch_template": 15, "test_fuzz_volume": 15, "test_allreduce_overlap": 15,
 }
 
 
