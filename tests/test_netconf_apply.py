@@ -134,6 +134,18 @@ def test_remove_returns_to_the_kernel_default(veth_pair):
     remove_queues(pair.left_dev, pair.left_ns)  # nothing to remove: no error
 
 
+def test_removing_the_last_devices_queues_removes_its_namespaces_state_directory(veth_pair, tmp_path):
+    pair = veth_pair          # its fixture points the state directory at tmp_path / "state"
+    records = tmp_path / "state" / "netconf" / pair.left_ns
+    install_priority_queues(pair.left_dev, None, "100mbit", pair.left_ns)
+    install_shaping("lo", "100mbit", pair.left_ns)
+    assert sorted(p.name for p in records.iterdir()) == [f"{pair.left_dev}.json", "lo.json"]
+    remove_queues(pair.left_dev, pair.left_ns)
+    assert [p.name for p in records.iterdir()] == ["lo.json"]   # the other device's record stays
+    remove_queues("lo", pair.left_ns)
+    assert not records.exists()
+
+
 def test_shaping_only(veth_pair):
     pair = veth_pair
     plan = install_shaping(pair.left_dev, "20mbit", pair.left_ns)

@@ -73,9 +73,14 @@ def recorded_classes(record: dict) -> dict[str, PriorityClass]:
 
 
 def forget_plan_state(dev: str, netns: str | None) -> None:
-    """Drop the sidecar of one device."""
+    """Drop the sidecar of one device, and its namespace's directory once it holds no other."""
+    path = _state_path(dev, netns)
     try:
-        _state_path(dev, netns).unlink()
+        path.unlink()
+    except OSError:
+        pass
+    try:
+        path.parent.rmdir()   # fails, as it should, while another device's sidecar is there
     except OSError:
         pass
 
