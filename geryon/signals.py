@@ -66,7 +66,9 @@ def interrupts_deferred():
     half-removed; one that arrived meanwhile raises KeyboardInterrupt when the block ends.
 
     As in `sigterm_as_interrupt`, a process forked inside the block (pyroute2's namespace helpers) that
-    gets one of these signals exits at once instead of deferring it. A no-op outside the main thread.
+    gets one of these signals exits at once instead of deferring it. A signal this process ignores (a
+    command started in the background by a shell ignores SIGINT) stays ignored. A no-op outside the main
+    thread.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -79,7 +81,8 @@ def interrupts_deferred():
             os._exit(128 + signum)
         received.append(signum)
 
-    previous = {signum: signal.signal(signum, _defer) for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = {signum: signal.signal(signum, _defer) for signum in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(signum) is not signal.SIG_IGN}
     try:
         yield
     finally:

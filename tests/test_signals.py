@@ -1,4 +1,5 @@
-"""`event_set_by_signals`: a SIGTERM always ends a main thread that polls an Event, never deadlocks it.
+"""`event_set_by_signals`: a SIGTERM always ends a main thread that polls an Event, never deadlocks it;
+`interrupts_deferred`: a cleanup finishes before the interrupt it held off is raised.
 
 The child below spends nearly all its time inside `Event.wait(0)`, holding the Event's lock, which is
 where a handler calling `event.set()` itself deadlocks (66 of 100 SIGTERMs hung when measured).
@@ -13,11 +14,11 @@ import time
 import pytest
 
 from geryon.childproc import child_env
-from geryon.signals import event_set_by_signals
+from geryon.signals import event_set_by_signals, interrupts_deferred
 
 POLLER = textwrap.dedent("""
     import signal, sys, threading
-    from geryon.signals import event_set_by_signals
+    from geryon.signals import event_set_by_signals, interrupts_deferred
     if sys.argv[1] == "helper":
         stop = event_set_by_signals(signal.SIGTERM)
     else:  # the pattern this helper replaced
@@ -72,3 +73,21 @@ def test_the_event_is_set_in_this_process():
         assert event.wait(5)
     finally:
         signal.signal(signal.SIGUSR2, previous)
+
+
+def test_an_interrupt_is_raised_after_the_deferred_block_and_an_ignored_one_stays_ignored():
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        finished = []
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_deferred():
+                signal.raise_signal(signal.SIGINT)
+                finished.append("cleanup")            # not cut short
+        assert finished == ["cleanup"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # the handler is back
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with interrupts_deferred():
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
