@@ -139,10 +139,10 @@ def unique_name():
     name that a failing test left behind is removed after it."""
     name = "t" + uuid.uuid4().hex[:5]
     yield name
-    left = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
-    if os.geteuid() == 0 and any(ns.startswith(f"gy{name}-") for ns in left):
-        from geryon.emulate import clean
-        clean(name=name)
+    if os.geteuid() == 0:
+        from geryon.emulate import clean, fabric
+        if fabric.list_netns(f"gy{name}-"):
+            clean(name=name)
 
 
 @pytest.fixture

@@ -125,10 +125,15 @@ def utilisation(compute_s: list[float], steps: list[list[dict]]) -> dict:
     return {"compute_s": compute, "wall_s": wall, "utilisation": compute / wall if wall else 0.0}
 
 
+def _step_values(steps: list[list[dict]], key: str) -> list:
+    """`key` of every worker's every step that has it (the run-queue fields need /proc schedstat)."""
+    return [step[key] for worker in steps for step in worker if key in step]
+
+
 def cpu_wait(steps: list[list[dict]]) -> float | None:
     """Seconds per iteration a job's replay thread was runnable but waiting for a CPU (the workers' mean;
     None where /proc schedstat is missing): the share of an iteration the emulation's shared cores add."""
-    waits = [step["run_wait_s"] for worker in steps for step in worker if "run_wait_s" in step]
+    waits = _step_values(steps, "run_wait_s")
     return statistics.mean(waits) if waits else None
 
 
@@ -142,7 +147,7 @@ def wake_wait(steps: list[list[dict]], threads: str = "") -> float | None:
 
 
 def _mean_schedulings(steps: list[list[dict]]) -> float | None:
-    counts = [step["run_schedulings"] for worker in steps for step in worker if "run_schedulings" in step]
+    counts = _step_values(steps, "run_schedulings")
     return statistics.mean(counts) if counts else None
 
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable, Protocol
 
 from geryon.errors import LaunchError
-from geryon.signals import interrupts_deferred
 from geryon.launch.placement import RankSpec
+from geryon.signals import interrupts_deferred
 
 POLL_INTERVAL_S = 0.05
 TAIL_LINES = 15

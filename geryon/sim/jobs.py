@@ -607,11 +607,11 @@ def repetition_cpu_waits(row: dict) -> dict:
     raise ConfigError("this record has no per-job CPU wait (cpu_wait_s): compare without --cpu-wait")
 
 
-def check_same_bench(records: list[dict]) -> None:
+def check_same_bench(settings: list[JobsSetting]) -> None:
     """Several records compare together only when they ran the same bench (jobs, workers, rate, scales,
     iterations); each keeps its own measured compute."""
-    settings = [replace(setting_from_record(r), compute_s=None) for r in records]
-    if any(other != settings[0] for other in settings[1:]):
+    benches = [replace(setting, compute_s=None) for setting in settings]
+    if any(other != benches[0] for other in benches[1:]):
         raise ConfigError("records of different benches (jobs, workers, rate, scales or iterations differ): "
                           "compare them one at a time")
 
@@ -625,14 +625,19 @@ def compare_record(record: dict | list[dict], cpu_wait: bool = False) -> list[di
     against measured. Several records of the same bench pool their repetitions: on 2 shared cores one
     record's three leave a cell's median uncertain by more than 10% (the ring job's most of all)."""
     records = record if isinstance(record, list) else [record]
-    check_same_bench(records)
+    settings = [setting_from_record(one) for one in records]
+    check_same_bench(settings)
     simulated: dict[str, list[dict]] = {}
     measured: dict[str, list[dict]] = {}
-    for one in records:
-        setting = setting_from_record(one)
+    results: dict[tuple, dict] = {}   # repetitions with the same inputs (all of them without cpu_wait) run once
+    for one, setting in zip(records, settings):
         for row in one["rows"]:
             waits = repetition_cpu_waits(row) if cpu_wait else {}
-            simulated.setdefault(row["policy"], []).append(simulate_jobs(replace(setting, **waits), row["policy"]))
+            inputs = replace(setting, **waits)
+            key = (inputs, row["policy"])
+            if key not in results:
+                results[key] = simulate_jobs(inputs, row["policy"])
+            simulated.setdefault(row["policy"], []).append(results[key])
             measured.setdefault(row["policy"], []).append(row)
     rows = []
     for policy, runs in measured.items():

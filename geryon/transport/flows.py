@@ -695,7 +695,8 @@ class FlowPool:
                 self.failures.setdefault(flow.peer_id, exc)
 
     def flow_failed(self, flow: Flow, exc: TransportError) -> None:
-        self.record_failure(flow, exc)
+        """After `record_failure` (the failing flow records first, then closes): the owner's hook, then
+        the waiters wake."""
         failed = getattr(self.handler, "flow_failed", None)
         try:
             if failed is not None:   # the owner tells the other peers (ABORT) before a waiter wakes on
